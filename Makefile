@@ -25,11 +25,16 @@ test: $(STAMP)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks
 
+# The site: notebooks/ rendered as they are (never executed) plus docs/, offline (docs/vendor/).
 book-build: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 
 book: book-build
-	$(VENV)/bin/mkdocs serve
+	$(VENV)/bin/mkdocs serve --strict
+
+# Only the site's checks: the strict build and every page in headless Chromium (part of `make test`).
+test-book: $(STAMP)
+	$(PY) -m pytest tests/test_site.py -q
 
 clean:
 	rm -rf site test-artifacts .pytest_cache

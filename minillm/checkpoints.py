@@ -85,6 +85,8 @@ def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenize
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
     try:
         write_checkpoint(tmp, config, seed, with_tokenizer)
+        for f in [tmp, *tmp.iterdir()]:  # mkdtemp makes the folder private; a cache is readable like any download
+            os.chmod(f, 0o755 if f.is_dir() else 0o644)
         try:
             os.rename(tmp, folder)  # atomic on POSIX; fails if another process got there first
         except OSError:
@@ -190,4 +192,9 @@ def load_tokenizer(path: Path | str | None = None):
     """The checkpoint folder's tokenizer (the real Qwen3 one for the tiny model), via transformers."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path or default_model_path()))
+    folder = Path(path or default_model_path()).expanduser()
+    if not any((folder / f).exists() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+        # transformers would quietly build an empty tokenizer that maps every text to no ids
+        raise FileNotFoundError(f"{folder} has no tokenizer files (tokenizer.json, or vocab.json and merges.txt); "
+                                "copy them from the model's download into that folder")
+    return AutoTokenizer.from_pretrained(str(folder))

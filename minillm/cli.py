@@ -74,13 +74,23 @@ def doctor(args) -> int:
         print(f"             {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, heads {cfg.num_attention_heads}/"
               f"{cfg.num_key_value_heads} KV, head_dim {cfg.hd}, vocab {cfg.vocab_size:,}, "
               f"{'tied' if cfg.tie_word_embeddings else 'untied'} head, rope_theta {cfg.rope_theta:g}")
+        if not (path / "model.safetensors").exists() and not (path / "model.safetensors.index.json").exists():
+            problems.append(f"{path} has no model.safetensors (or sharded index): download the weights into it")
         from minillm.checkpoints import load_tokenizer
 
-        tok = load_tokenizer(path)
-        ids = tok("Hello, world").input_ids
-        print(f"             tokenizer OK: 'Hello, world' -> {ids}")
+        try:
+            tok = load_tokenizer(path)
+            ids = tok("Hello, world").input_ids
+            print(f"             tokenizer OK: 'Hello, world' -> {ids}")
+        except Exception as e:
+            problems.append(f"the tokenizer does not load: {type(e).__name__}: {e}")
     except Exception as e:  # doctor reports, it does not crash
         problems.append(f"{type(e).__name__}: {e}")
+    import importlib.util
+
+    for module, extra in [("pytest", "dev"), ("nbval", "dev"), ("hypothesis", "dev"), ("mkdocs", "book")]:
+        if importlib.util.find_spec(module) is None:
+            problems.append(f"{module} is not installed (make test needs it): pip install -e '.[{extra}]'")
     for p in problems:
         print("PROBLEM     ", p)
     print("all good" if not problems else f"{len(problems)} problem(s) found")
@@ -97,6 +107,10 @@ def check(args) -> int:
         print("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
         return 2
     dtypes = args.dtype.split(",") if args.dtype else (["float32", "bfloat16"] if args.device == "cuda" else ["float32"])
+    unknown = [name for name in dtypes if name not in ("float32", "bfloat16", "float16")]
+    if unknown:
+        print(f"--dtype {unknown[0]!r}: expected float32, bfloat16 or float16 (comma-separated)")
+        return 2
     ok = True
     for name in dtypes:
         print(f"\nmixed-batch parity on {args.device}, {name}")

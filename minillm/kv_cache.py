@@ -30,6 +30,8 @@ class KVCache:
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Write k, v [B, T, KV, hd] at positions length..length+T-1; return all [B, length+T, KV, hd]."""
+        if k.shape[0] != self.k[layer].shape[0]:
+            raise ValueError(f"a batch of {k.shape[0]} sequences was given to a cache built for {self.k[layer].shape[0]}")
         end = self.length + k.shape[1]
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; position {end - 1} does not fit")
@@ -82,6 +84,10 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, eos
 def generate_without_cache(model: Transformer, prompt_ids: list[int], max_new_tokens: int,
                            eos: int | None = None) -> list[int]:
     """The naive loop: every step re-runs the whole sequence. Same tokens, quadratic work."""
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty: expected at least one token")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens is {max_new_tokens}: expected at least 1")
     device = model.embed_tokens.weight.device
     ids = list(prompt_ids)
     for _ in range(max_new_tokens):

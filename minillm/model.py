@@ -41,12 +41,21 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, c: dict) -> "ModelConfig":
         """From a config.json of transformers 4.x (`rope_theta`) or 5.x (`rope_parameters`)."""
+        required = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"]
+        absent = [k for k in required if c.get(k) is None]
+        if absent:
+            raise ValueError(f"config.json lacks {', '.join(absent)}: expected a Qwen3 config with {', '.join(required)}")
         rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
-        if rope.get("rope_type", rope.get("type", "default")) != "default":
-            raise ValueError(f"rope type {rope.get('rope_type')!r} is not supported; mini_llm implements default RoPE")
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"rope type {rope_type!r} is not supported; mini_llm implements default RoPE")
         theta = c.get("rope_theta", rope.get("rope_theta"))
         if theta is None:
             raise ValueError("config.json has neither 'rope_theta' nor 'rope_parameters.rope_theta'")
+        if c.get("attention_bias"):
+            raise ValueError("config.json sets attention_bias=true; Qwen3 has no attention biases and mini_llm none")
+        if c.get("use_sliding_window"):
+            raise ValueError("config.json sets use_sliding_window=true; mini_llm implements full attention only")
         return cls(
             vocab_size=c["vocab_size"],
             hidden_size=c["hidden_size"],
@@ -54,7 +63,7 @@ class ModelConfig:
             num_hidden_layers=c["num_hidden_layers"],
             num_attention_heads=c["num_attention_heads"],
             num_key_value_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
-            head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+            head_dim=c.get("head_dim") or 128,  # transformers' Qwen3Config default (not hidden // heads)
             rms_norm_eps=c.get("rms_norm_eps", 1e-6),
             rope_theta=float(theta),
             tie_word_embeddings=c.get("tie_word_embeddings", False),
@@ -181,6 +190,8 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight  # one tensor, two roles
 
     def check_token_ids(self, input_ids: torch.Tensor) -> None:
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
         V = self.cfg.vocab_size
         bad = input_ids[(input_ids < 0) | (input_ids >= V)]
         if bad.numel():
@@ -246,7 +257,10 @@ def read_config(path: Path) -> dict:
     file = path / "config.json"
     if not file.exists():
         raise FileNotFoundError(f"{path} has no config.json; expected a Hugging Face checkpoint folder")
-    c = json.loads(file.read_text())
+    try:
+        c = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{file} is not valid JSON ({e}); expected a Hugging Face config.json") from None
     archs = c.get("architectures") or [c.get("model_type", "unknown")]
     if "Qwen3ForCausalLM" not in archs and c.get("model_type") != "qwen3":
         raise ValueError(f"{path} holds a {archs[0]} checkpoint; mini_llm implements Qwen3ForCausalLM only")
@@ -261,7 +275,9 @@ def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     if single.exists():
         files = [single]
     elif index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = json.loads(index.read_text()).get("weight_map")
+        if not weight_map:
+            raise ValueError(f"{index} has no 'weight_map': expected tensor name -> shard file entries")
         files = [path / f for f in sorted(set(weight_map.values()))]
         absent = [f.name for f in files if not f.exists()]
         if absent:

@@ -1,0 +1,174 @@
+"""grading.py — what every exercise's tests share.
+
+Two jobs: load the reader's file by path (the judge names it in $PRACTICE_FILE), and compare results
+with messages a reader can act on: what was expected, what came back, and where the two first differ.
+Standard library only; torch is imported when a tensor is compared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+FILE_ENV = "PRACTICE_FILE"  # the file under test, set by `judge.py test`
+TARGET_ENV = "PRACTICE_TARGET"  # without PRACTICE_FILE: "solution" (default) or "starter" of each problem folder
+
+learner_files: set[str] = set()  # resolved paths of every file loaded as the reader's code
+_loaded: dict[str, ModuleType] = {}
+
+
+def learner_path(problem_dir: Path | str) -> Path:
+    """The file to grade for the problem in `problem_dir`."""
+    chosen = os.environ.get(FILE_ENV)
+    if chosen:
+        return Path(chosen).resolve()
+    target = os.environ.get(TARGET_ENV, "solution")
+    return (Path(problem_dir) / f"{target}.py").resolve()
+
+
+def load(path: Path | str) -> ModuleType:
+    """Import a Python file by its path, once; a failed import is not cached, so it fails the same way again."""
+    path = Path(path).resolve()
+    key = str(path)
+    if key in _loaded:
+        return _loaded[key]
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    name = "learner_" + re.sub(r"\W", "_", f"{path.parent.name}_{path.stem}")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    learner_files.add(key)
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    _loaded[key] = module
+    return module
+
+
+# ---------------------------------------------------------------- comparisons with readable failures
+
+
+def fail(message: str):
+    raise AssertionError(message)
+
+
+def show(x, limit: int = 12) -> str:
+    """A short, stable rendering of a value for a failure message."""
+    if _is_tensor(x):
+        if x.numel() <= limit:
+            return f"tensor({show(x.tolist(), limit)})"
+        return f"tensor of shape {list(x.shape)}, dtype {x.dtype}"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    if isinstance(x, (list, tuple)):
+        items = [show(v, limit) for v in list(x)[:limit]]
+        if len(x) > limit:
+            items.append(f"... ({len(x)} items)")
+        text = ", ".join(items)
+        return f"[{text}]" if isinstance(x, list) else f"({text}{',' if len(x) == 1 else ''})"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {show(v, limit)}" for k, v in x.items()) + "}"
+    return repr(x)
+
+
+def check_equal(got, expected, what: str) -> None:
+    """got == expected (tensors compare as lists, tuples as lists); on failure, the first place they differ."""
+    g, e = _plain(got), _plain(expected)
+    if g == e:
+        return
+    lines = [f"{what} is wrong", f"  expected {show(expected)}", f"  got      {show(got)}"]
+    if isinstance(g, list) and isinstance(e, list):
+        if len(g) != len(e):
+            lines.append(f"  it has {len(g)} {'entry' if len(g) == 1 else 'entries'}; expected {len(e)}")
+        seq_g, seq_e = _sequence(got), _sequence(expected)
+        for i, (a, b) in enumerate(zip(g, e)):
+            if a != b:
+                lines.append(f"  first difference at index {i}: expected {show(seq_e[i])}, got {show(seq_g[i])}")
+                break
+    fail("\n".join(lines))
+
+
+def _sequence(x) -> list:
+    return x.tolist() if _is_tensor(x) else list(x)
+
+
+def check_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 0.0, dtype=None) -> None:
+    """Tensors equal within atol + rtol * |expected|, of the same shape (and dtype, when given)."""
+    import torch
+
+    if not isinstance(got, torch.Tensor):
+        fail(f"{what} should be a torch.Tensor, got {type(got).__name__}: {show(got)}")
+    if tuple(got.shape) != tuple(expected.shape):
+        fail(f"{what} has shape {list(got.shape)}; expected {list(expected.shape)}")
+    if dtype is not None and got.dtype != dtype:
+        fail(f"{what} has dtype {got.dtype}; expected {dtype}")
+    g, e = got.detach().cpu().double(), expected.detach().cpu().double()
+    broken = ~torch.isfinite(g) & torch.isfinite(e)
+    if broken.any():
+        i = _index(broken.nonzero()[0])
+        fail(f"{what} holds {int(broken.sum())} inf/nan values where finite ones were expected\n"
+             f"  first at index {i}: expected {e[i].item():.6g}, got {g[i].item()}")
+    err = (g - e).abs()
+    err[torch.isinf(e) & (g == e)] = 0  # -inf where -inf was expected is right
+    tol = atol + rtol * e.abs().nan_to_num(posinf=0.0)
+    bad = err > tol
+    if bad.any() or err.isnan().any():
+        bad = bad | err.isnan()
+        i = _index((err - tol).nan_to_num(nan=math.inf).flatten().argmax(), g.shape)
+        fail(f"{what} is wrong in {int(bad.sum())} of {bad.numel()} entries\n"
+             f"  worst at index {i}: expected {e[i].item():.6g}, got {g[i].item():.6g} "
+             f"(error {err[i].item():.2g}, allowed {tol[i].item():.2g})")
+
+
+def check_shape(got, shape, what: str) -> None:
+    """A tensor of the given shape."""
+    if not _is_tensor(got):
+        fail(f"{what} should be a torch.Tensor, got {type(got).__name__}: {show(got)}")
+    if tuple(got.shape) != tuple(shape):
+        fail(f"{what} has shape {list(got.shape)}; expected {list(shape)}")
+
+
+def check_raises(error: type[BaseException], fn, *args, what: str, **kwargs) -> BaseException:
+    """fn(*args, **kwargs) must raise `error`; returns it so a test can look at its message."""
+    try:
+        result = fn(*args, **kwargs)
+    except error as e:
+        return e
+    except NotImplementedError:
+        raise  # the judge reports it as "not implemented yet"
+    except Exception as e:
+        fail(f"{what} should raise {error.__name__}, but it raised {type(e).__name__}: {e}")
+    fail(f"{what} should raise {error.__name__}, but it returned {show(result)}")
+
+
+def _plain(x):
+    """Tensors as lists, tuples as lists: a reader may return either where a sequence is asked for."""
+    if _is_tensor(x):
+        return x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _is_tensor(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _index(flat_or_nd, shape=None) -> tuple:
+    """A tuple index from a multi-dimensional index tensor, or from a flat index and a shape."""
+    if shape is None:
+        return tuple(int(v) for v in flat_or_nd)
+    flat, out = int(flat_or_nd), []
+    for size in reversed(shape):
+        out.append(flat % size)
+        flat //= size
+    return tuple(reversed(out))

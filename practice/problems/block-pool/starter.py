@@ -1,0 +1,29 @@
+"""Hands out fixed-size KV blocks by id, all or nothing, and counts each block's owners."""
+
+
+class OutOfBlocksError(RuntimeError):
+    """Not enough free blocks; nothing was allocated."""
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int):
+        raise NotImplementedError("BlockPool.__init__")
+
+    @property
+    def num_free(self) -> int:
+        raise NotImplementedError("BlockPool.num_free")
+
+    def allocate(self, n: int) -> list[int]:
+        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing allocated."""
+        raise NotImplementedError("BlockPool.allocate")
+
+    def share(self, blocks: list[int]) -> None:
+        """One more owner for each (allocated) block."""
+        raise NotImplementedError("BlockPool.share")
+
+    def free(self, blocks: list[int]) -> None:
+        """One owner fewer for each block; a block with no owner left is free again."""
+        raise NotImplementedError("BlockPool.free")
+
+    def ref_count(self, block: int) -> int:
+        raise NotImplementedError("BlockPool.ref_count")

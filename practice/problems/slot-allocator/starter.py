@@ -1,0 +1,35 @@
+"""Many requests in one preallocated KV buffer, one fixed slot [max_ctx, kv_heads, head_dim] each."""
+
+import torch
+
+
+class NoFreeSlotError(RuntimeError):
+    """Every slot is taken."""
+
+
+class SlotKVCache:
+    """k, v: [max_batch, max_ctx, num_kv_heads, head_dim]; each running request owns one row (its slot)."""
+
+    def __init__(self, max_batch: int, max_ctx: int, num_kv_heads: int, head_dim: int):
+        raise NotImplementedError("SlotKVCache.__init__")
+
+    def acquire(self, request_id) -> int:
+        """The lowest free slot, empty, now owned by request_id."""
+        raise NotImplementedError("SlotKVCache.acquire")
+
+    def release(self, request_id) -> None:
+        """Free the request's slot."""
+        raise NotImplementedError("SlotKVCache.release")
+
+    def slot_of(self, request_id) -> int:
+        raise NotImplementedError("SlotKVCache.slot_of")
+
+    def append(self, request_id, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history [length, kv_heads, head_dim]."""
+        raise NotImplementedError("SlotKVCache.append")
+
+    def used_tokens(self) -> int:
+        raise NotImplementedError("SlotKVCache.used_tokens")
+
+    def reserved_tokens(self) -> int:
+        raise NotImplementedError("SlotKVCache.reserved_tokens")

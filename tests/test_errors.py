@@ -1,0 +1,185 @@
+"""Every bad input raises an error that names the bad value and what was expected; odd-but-valid layouts load."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from minillm.model import Transformer
+from minillm.reference import hf_logits
+
+
+@pytest.fixture
+def ckpt(tiny_checkpoint, tmp_path):
+    """A private copy of a tiny checkpoint that a test may break."""
+    return shutil.copytree(tiny_checkpoint(seed=1), tmp_path / "ckpt")
+
+
+def edit_config(folder, **changes):
+    c = json.loads((folder / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    (folder / "config.json").write_text(json.dumps(c))
+
+
+def edit_tensors(folder, drop=(), add=None):
+    state = load_file(str(folder / "model.safetensors"))
+    for name in drop:
+        del state[name]
+    state.update(add or {})
+    save_file(state, str(folder / "model.safetensors"))
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"model folder .*nowhere does not exist.*MINILLM_MODEL"):
+        Transformer.from_pretrained(tmp_path / "nowhere")
+
+
+def test_missing_config_json(ckpt):
+    (ckpt / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_config_json_that_is_not_json(ckpt):
+    (ckpt / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_missing_safetensors(ckpt):
+    (ckpt / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="has no model.safetensors or model.safetensors.index.json"):
+        Transformer.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize("arch, model_type", [("LlamaForCausalLM", "llama"), ("Qwen3MoeForCausalLM", "qwen3_moe"),
+                                              ("Qwen2ForCausalLM", "qwen2")])
+def test_non_qwen3_architecture(ckpt, arch, model_type):
+    edit_config(ckpt, architectures=[arch], model_type=model_type)
+    with pytest.raises(ValueError, match=f"holds a {arch} checkpoint; mini_llm implements Qwen3ForCausalLM only"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_missing_config_field_is_named(ckpt):
+    edit_config(ckpt, hidden_size=None)
+    with pytest.raises(ValueError, match="config.json lacks hidden_size"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_missing_tensor_is_named(ckpt):
+    edit_tensors(ckpt, drop=["model.layers.1.mlp.up_proj.weight"])
+    with pytest.raises(ValueError, match=r"missing tensors layers\.1\.mlp\.up_proj\.weight, unexpected tensors none"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_unexpected_tensor_is_named(ckpt):
+    edit_tensors(ckpt, add={"model.layers.0.self_attn.q_proj.bias": torch.zeros(64)})
+    with pytest.raises(ValueError, match=r"missing tensors none, unexpected tensors layers\.0\.self_attn\.q_proj\.bias"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_untied_config_without_lm_head_names_it(ckpt):
+    edit_config(ckpt, tie_word_embeddings=False)
+    with pytest.raises(ValueError, match=r"missing tensors lm_head\.weight"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_tied_checkpoint_that_also_stores_the_head_loads(ckpt, token_ids):
+    before = Transformer.from_pretrained(ckpt)
+    edit_tensors(ckpt, add={"lm_head.weight": torch.zeros(512, 32)})  # ignored: the head is the embedding
+    after = Transformer.from_pretrained(ckpt)
+    ids = torch.tensor([token_ids(8)])
+    assert torch.equal(before(ids), after(ids))
+
+
+def test_wrong_tensor_shape_is_named(ckpt):
+    edit_config(ckpt, intermediate_size=96)
+    with pytest.raises(ValueError, match=r"tensor layers\.\d\.mlp\.\w+_proj\.weight has shape .*config expects"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_heads_that_do_not_share_kv_heads_evenly(ckpt):
+    edit_config(ckpt, num_key_value_heads=3)
+    with pytest.raises(ValueError, match="4 query heads cannot share 3 KV heads evenly"):
+        Transformer.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn' is not supported"),
+    (dict(rope_theta=None), "neither 'rope_theta' nor 'rope_parameters.rope_theta'"),
+    (dict(attention_bias=True), "attention_bias=true"),
+    (dict(use_sliding_window=True), "use_sliding_window=true"),
+])
+def test_unsupported_config_options(ckpt, changes, message):
+    edit_config(ckpt, **changes)
+    with pytest.raises(ValueError, match=message):
+        Transformer.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize("bad", [512, 100_000, -1])
+def test_token_id_outside_the_vocabulary(tiny_model, bad):
+    model = tiny_model(seed=1)
+    with pytest.raises(ValueError, match=f"token id {bad} is outside the vocabulary: expected 0 <= id < 512"):
+        model(torch.tensor([[1, bad, 2]]))
+
+
+def test_float_token_ids_are_rejected(tiny_model):
+    with pytest.raises(ValueError, match="integer token ids, got dtype torch.float32"):
+        tiny_model(seed=1)(torch.tensor([[1.0, 2.0]]))
+
+
+def test_input_ids_without_a_batch_dimension(tiny_model):
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, tokens\], got shape \(3,\)"):
+        tiny_model(seed=1)(torch.tensor([1, 2, 3]))
+
+
+def shard(folder, names_per_shard):
+    """Rewrite folder's single safetensors file as shards plus an index, as large HF checkpoints ship."""
+    state = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    weight_map = {}
+    for i, names in enumerate(names_per_shard):
+        file = f"model-{i + 1:05d}-of-{len(names_per_shard):05d}.safetensors"
+        save_file({n: state[n] for n in names}, str(folder / file))
+        weight_map.update({n: file for n in names})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_sharded_checkpoint_loads_and_matches_transformers(ckpt, token_ids):
+    ids = token_ids(16, seed=3)
+    single = Transformer.from_pretrained(ckpt)(torch.tensor([ids]))[0]
+    names = sorted(load_file(str(ckpt / "model.safetensors")))
+    shard(ckpt, [names[: len(names) // 2], names[len(names) // 2:]])
+    sharded = Transformer.from_pretrained(ckpt)(torch.tensor([ids]))[0]
+    assert torch.equal(single, sharded)
+    assert (sharded - hf_logits(ckpt, ids)).abs().max() < 1e-4
+
+
+def test_missing_shard_is_named(ckpt):
+    names = sorted(load_file(str(ckpt / "model.safetensors")))
+    shard(ckpt, [names[:5], names[5:]])
+    (ckpt / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="lists shards that are not in .*: model-00002-of-00002.safetensors"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_transformers_5_config_with_rope_parameters_loads(ckpt, token_ids):
+    # transformers 5.x writes rope_theta inside rope_parameters; a theta unlike the default proves it is read
+    edit_config(ckpt, rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 5_000.0})
+    model = Transformer.from_pretrained(ckpt)
+    assert model.cfg.rope_theta == 5_000.0
+    ids = token_ids(32, seed=4)
+    assert (model(torch.tensor([ids]))[0] - hf_logits(ckpt, ids)).abs().max() < 1e-4
+
+
+def test_folder_without_tokenizer_files_is_named(ckpt):
+    from minillm.checkpoints import load_tokenizer
+
+    with pytest.raises(FileNotFoundError, match="has no tokenizer files"):
+        load_tokenizer(ckpt)  # written with_tokenizer=False

@@ -1,0 +1,301 @@
+"""The book site: a strict mkdocs build, then every page in headless Chromium, with nothing fetched
+from outside 127.0.0.1 and nothing missing.
+
+The browser is Debian's Chromium (/usr/bin/chromium; .ci/run installs it), driven by Playwright's
+Python package; no browser is ever downloaded. A missing Chromium fails these tests; set
+MINILLM_SKIP_BROWSER=1 to skip the browser part on purpose. Screenshots go to
+test-artifacts/screenshots/ (git-ignored), and the requests each page made to
+test-artifacts/site-requests.json.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = ARTIFACTS / "screenshots"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHAPTERS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def load_hook(name: str):
+    spec = importlib.util.spec_from_file_location(f"book_hook_{name}", ROOT / "docs" / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wasted_percent(lens: list[int]) -> str:
+    return f"{round(100 * (1 - sum(lens) / (len(lens) * max(lens))))}%"
+
+
+# ------------------------------------------------------------------ the build
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = build.stdout + build.stderr
+    assert build.returncode == 0, f"mkdocs build --strict failed:\n{log[-4000:]}"
+    warnings = [line for line in log.splitlines() if line.startswith("WARNING")]
+    assert warnings == [], "\n".join(warnings)
+    return site_dir
+
+
+def test_strict_build_writes_every_chapter_page(site):
+    for notebook in CHAPTERS:
+        assert (site / "notebooks" / notebook.stem / "index.html").is_file(), notebook.name
+    for page in ("index.html", "how-to-use/index.html", "exercises/index.html", "glossary/index.html"):
+        assert (site / page).is_file(), page
+
+
+def test_no_built_page_loads_anything_from_another_host(site):
+    offline = load_hook("offline")
+    outside = {str(page.relative_to(site)): offline.external_loads(page.read_text(encoding="utf-8"))
+               for page in site.rglob("*.html")}
+    assert {page: urls for page, urls in outside.items() if urls} == {}
+
+
+def test_offline_hook_swaps_cdn_loaders_for_vendored_scripts():
+    offline = load_hook("offline")
+    page = ('<!-- Load mathjax --><script src="https://cdn.example/mathjax.js"> </script>'
+            '<!-- End of mathjax configuration -->\n<script>\n(function() {\n  function addWidgetsRenderer() {\n'
+            "    var s = 'https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js';\n  }\n}());\n</script>"
+            '<script type="application/vnd.jupyter.widget-state+json">{}</script></body>')
+    html = offline.make_offline(page, "notebooks/05_varlen_batching/")
+    assert offline.external_loads(html) == [] and "unpkg" not in html and "mathjax.js" not in html
+    assert '<script src="../../vendor/requirejs/require.js"></script>' in html
+    assert html.index("embed-amd.js") > html.index("require.js")
+    assert offline.external_loads('<script src="https://cdn.example/x.js"></script>') == ["https://cdn.example/x.js"]
+
+
+def test_exercises_page_groups_problems_by_chapter_in_judge_order(tmp_path, caplog):
+    chapters = load_hook("chapters")
+    for slug, meta in {"rope": "chapter: 01_mini_llm\ndifficulty: medium\norder: 2",
+                       "rmsnorm": "chapter: 01_mini_llm\ndifficulty: easy\norder: 1",
+                       "paged-attention": "chapter: 04_paged_kv_cache\ndifficulty: hard\nrequires: [torch]",
+                       "broken": "chapter: 04_paged_kv_cache"}.items():
+        (tmp_path / "practice" / "problems" / slug).mkdir(parents=True)
+        (tmp_path / "practice" / "problems" / slug / "problem.md").write_text(
+            f"---\ntitle: {slug.title()}\n{meta}\n---\n\n# {slug}\n")
+    text = chapters.exercises_markdown(tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "judge.py" in line]
+    assert [re.search(r"start (\S+)`", row).group(1) for row in rows] == ["rmsnorm", "rope", "paged-attention"]
+    assert rows[0].startswith("| 1 |") and "| hard | `torch` |" in rows[2]
+    assert text.index("## 01_mini_llm") < text.index("## 04_paged_kv_cache")
+    assert "broken" in caplog.text and "difficulty" in caplog.text  # a warning: --strict fails on it
+
+
+# ------------------------------------------------------------------ the browser
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}/"
+    httpd.shutdown()
+    thread.join()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if os.environ.get("MINILLM_SKIP_BROWSER") == "1":
+        pytest.skip("MINILLM_SKIP_BROWSER=1: browser checks of the site skipped on purpose")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: install Debian's chromium (apt-get install chromium), "
+                    "or set MINILLM_SKIP_BROWSER=1 to skip the browser checks")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+            headless=True, viewport={"width": 1280, "height": 900})
+        yield context
+        context.close()
+
+
+REQUEST_LOG: dict[str, dict] = {}
+
+
+@pytest.fixture
+def visit(browser, server):
+    """Open a site path; afterwards assert that every request stayed on 127.0.0.1 and succeeded."""
+    pages = []
+
+    def open_page(path: str):
+        page = browser.new_page()
+        record = {"requests": [], "outside": [], "failed": [], "errors": []}
+        local = lambda url: url.startswith((server, "data:", "blob:", "about:"))  # noqa: E731
+
+        def route(r):  # anything bound off the machine is aborted, and recorded as a failure of the test
+            if local(r.request.url):
+                r.continue_()
+            else:
+                record["outside"].append(r.request.url)
+                r.abort()
+
+        page.route("**/*", route)
+        page.on("request", lambda req: record["requests"].append(req.url.replace(server, "/")))
+        page.on("requestfailed", lambda req: record["failed"].append(f"{req.url} ({req.failure})"))
+        page.on("response", lambda res: res.status >= 400 and record["failed"].append(f"{res.url} ({res.status})"))
+        page.on("console", lambda msg: msg.type == "error" and record["errors"].append(msg.text))
+        page.on("pageerror", lambda exc: record["errors"].append(str(exc)))
+        page.goto(server + path, wait_until="load")
+        page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        pages.append((path, page, record))
+        return page
+
+    yield open_page
+    for path, page, record in pages:
+        page.close()
+        REQUEST_LOG[path or "/"] = {"count": len(record["requests"]), **record}
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "site-requests.json").write_text(json.dumps(REQUEST_LOG, indent=1))
+        assert record["outside"] == [], f"{path}: requests left the machine"
+        assert record["failed"] == [], f"{path}: requests failed"
+        assert record["errors"] == [], f"{path}: errors in the page"
+
+
+def heading(locator) -> str:
+    return locator.first.inner_text().replace("¶", "").strip()  # without the permalink sign
+
+
+def screenshot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def test_home_page_renders_with_math_search_and_dark_mode(visit):
+    page = visit("")
+    assert "minillm" in page.title()
+    assert heading(page.locator("article h1")) == "Build an LLM inference engine"
+    assert page.locator("mjx-container").count() >= 2, "MathJax did not typeset the home page's formulas"
+    chapter_links = page.locator("table a[href^='notebooks/']")
+    assert chapter_links.count() == len(CHAPTERS)
+    screenshot(page, "home")
+    page.locator("label.md-header__button[for^='__palette']:visible").click()
+    assert page.locator("body").get_attribute("data-md-color-scheme") == "slate"
+    page.locator("label.md-header__button[for^='__palette']:visible").click()  # back to light
+    page.locator("input.md-search__input").click()
+    page.keyboard.type("paged attention")  # the search index is served by the site too
+    page.wait_for_selector(".md-search-result__item", timeout=10_000)
+
+
+@pytest.mark.parametrize("path", ["how-to-use/", "exercises/", "glossary/"])
+def test_book_pages_render(visit, path):
+    page = visit(path)
+    assert page.locator("article h1").count() == 1
+    if path == "glossary/":
+        assert page.locator("mjx-container").count() >= 2, "MathJax did not typeset the glossary"
+    screenshot(page, path.strip("/"))
+
+
+def stored_outputs(notebook: Path) -> tuple[list[str], int, int, bool]:
+    """What the page must show: printed lines, PNG figures, widget views, and whether prose has $math$."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    outputs = [out for cell in cells if cell["cell_type"] == "code" for out in cell.get("outputs", [])]
+    printed = [line for out in outputs if out["output_type"] == "stream"
+               for line in "".join(out["text"]).splitlines() if line.strip()]
+    images = sum("image/png" in out.get("data", {}) for out in outputs)
+    widgets = sum(WIDGET_VIEW in out.get("data", {}) for out in outputs)
+    prose = "".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+    return printed, images, widgets, re.search(r"\$[^$\s][^$]*\$", prose) is not None
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=[nb.stem for nb in CHAPTERS])
+def test_chapter_page_shows_its_stored_outputs(site, visit, notebook):
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    unexecuted = [i for i, cell in enumerate(cells) if cell["cell_type"] == "code" and cell["execution_count"] is None]
+    assert unexecuted == [], f"{notebook.name} is committed unexecuted (cells {unexecuted[:5]}...): the site shows " \
+                             "stored outputs, so run `jupyter nbconvert --to notebook --execute --inplace` on it"
+    chapters = load_hook("chapters")
+    page = visit(f"notebooks/{notebook.stem}/")
+    title = chapters.notebook_title(notebook)
+    assert title in page.title()
+    download = page.locator("a[download]").get_attribute("href")
+    assert (site / "notebooks" / notebook.stem / download).is_file(), "no downloadable notebook"
+    assert heading(page.locator(".jp-RenderedMarkdown h1")) == title
+    assert page.locator(".jp-RenderedMarkdown h2").count() >= 1, "no section headings"
+    printed, images, widgets, has_math = stored_outputs(notebook)
+    shown = page.locator(".jp-OutputArea").all_inner_texts()
+    for line in (printed[:1] + printed[-1:]):  # the first and the last printed line of the chapter
+        assert any(line.strip() in text for text in shown), f"printed output {line!r} is not on the page"
+    drawn = page.locator(".jp-OutputArea img").evaluate_all(
+        "imgs => imgs.filter(i => i.complete && i.naturalWidth > 0 && i.offsetHeight > 0).length")
+    assert drawn >= images, f"{drawn} figures drawn, the notebook stores {images}"
+    if has_math:
+        assert page.locator(".jp-RenderedMarkdown mjx-container").count() >= 1, "MathJax did not typeset"
+    if widgets:
+        page.wait_for_function(f"() => document.querySelectorAll('.widget-subarea > *').length >= {widgets}",
+                               timeout=20_000)
+    for lens_text in page.locator(".minillm-padding-waste").evaluate_all(
+            "divs => divs.map(d => d.getAttribute('data-live') ? d.dataset.queryLens : null)"):
+        assert lens_text is not None, "a padding-waste widget did not come alive"
+        lens = [int(n) for n in lens_text.split(",")]
+        assert wasted_percent(lens) in page.locator(".minillm-padding-waste .mpw-wasted").all_inner_texts()
+    if notebook.stem.startswith("05_"):
+        assert widgets or page.locator(".minillm-padding-waste[data-live]").count(), "chapter 5 has no widget"
+    screenshot(page, notebook.stem)
+    live = page.locator(".minillm-padding-waste[data-live], .widget-subarea:has(> *)")
+    for i in range(live.count()):  # a close-up of each widget next to the full page
+        live.nth(i).screenshot(path=str(SCREENSHOTS / f"{notebook.stem}-widget-{i + 1}.png"))
+
+
+# ------------------------------------------------------------------ the padding-waste widget on its own
+
+
+FIXTURE = """<!doctype html><html><head><meta charset="utf-8"><link rel="stylesheet" href="../assets/book.css">
+</head><body>
+<div class="minillm-padding-waste" id="preset" data-query-lens="2000,512,1,1,1,1,1,1">fallback</div>
+<div class="minillm-padding-waste" id="bad" data-query-lens="2000,zero">static fallback kept</div>
+<script src="../assets/padding-waste.js"></script></body></html>"""
+
+
+def test_padding_waste_widget_updates_as_the_reader_edits(site, visit):
+    (site / "fixture").mkdir(exist_ok=True)
+    (site / "fixture" / "padding-waste.html").write_text(FIXTURE)
+    page = visit("fixture/padding-waste.html")
+    widget = page.locator("#preset")
+    wasted = widget.locator(".mpw-wasted")
+    assert wasted.inner_text() == "84%" == wasted_percent([2000, 512, 1, 1, 1, 1, 1, 1])
+    assert widget.locator("svg rect").count() > 8
+    widget.locator("input").nth(0).fill("512")
+    assert wasted.inner_text() == wasted_percent([512, 512, 1, 1, 1, 1, 1, 1])
+    widget.locator("input").nth(1).fill("0")  # rejected: the picture keeps the last valid length
+    assert "1 to 32768" in widget.locator(".mpw-message").inner_text()
+    assert wasted.inner_text() == wasted_percent([512, 512, 1, 1, 1, 1, 1, 1])
+    widget.get_by_role("button", name="all decode").click()
+    assert wasted.inner_text() == "0%"
+    widget.get_by_role("button", name="+ add a decode request").click()
+    widget.get_by_role("button", name="remove request 1").click()
+    assert widget.locator("input").count() == 8
+    widget.locator("input").nth(0).fill("9")
+    assert wasted.inner_text() == wasted_percent([9, 1, 1, 1, 1, 1, 1, 1])
+    widget.get_by_role("button", name="all prefill").click()
+    assert wasted.inner_text() == wasted_percent([512, 384, 640, 256, 768, 448, 320, 576])
+    assert page.locator("#bad").inner_text() == "static fallback kept"
+    screenshot(page, "padding-waste-fixture")

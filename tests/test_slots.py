@@ -1,0 +1,205 @@
+"""Chapter 3: fixed KV slots — allocation, isolation against running alone, and the memory arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from minillm.kv_cache import generate
+from minillm.slots import (OutOfSlotsError, SlotKVCache, SlotRequest, batch_decode_step, batch_prefill, decode,
+                           prefill, reserved_kv_bytes, sample_length_mix)
+
+MiB, GiB = 2**20, 2**30
+
+
+@pytest.fixture(scope="module")
+def small(tiny_model):
+    return tiny_model(seed=3)
+
+
+def state(cache: SlotKVCache):
+    return dict(cache.request_to_slot), list(cache.free_slots), list(cache.lengths)
+
+
+# --- allocating and freeing slots ----------------------------------------------------------------------
+
+def test_allocate_hands_out_lowest_free_slot_and_free_returns_it():
+    cache = SlotKVCache(1, 3, 8, 1, 4)
+    assert [cache.allocate_slot(r) for r in "abc"] == [0, 1, 2]
+    cache.free_slot("b")
+    assert cache.num_free == 1
+    assert cache.allocate_slot("d") == 1
+
+
+def test_out_of_slots_names_the_waiting_request_and_changes_nothing():
+    cache = SlotKVCache(1, 2, 8, 1, 4)
+    cache.allocate_slot("a"), cache.allocate_slot("b")
+    before = state(cache)
+    with pytest.raises(OutOfSlotsError, match="all 2 slots are taken .* request 'c' must wait"):
+        cache.allocate_slot("c")
+    assert state(cache) == before
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda c: c.allocate_slot("a"), "request 'a' already holds slot 0"),
+    (lambda c: c.free_slot("zzz"), "request 'zzz' holds no slot: expected one of \\['a'\\]"),
+    (lambda c: c.view(7), "request 7 holds no slot"),
+])
+def test_bad_slot_calls_raise_and_change_nothing(call, message):
+    cache = SlotKVCache(1, 2, 8, 1, 4)
+    cache.allocate_slot("a")
+    before = state(cache)
+    with pytest.raises(ValueError, match=message):
+        call(cache)
+    assert state(cache) == before
+
+
+def test_freeing_twice_is_an_error():
+    cache = SlotKVCache(1, 2, 8, 1, 4)
+    cache.allocate_slot("a")
+    cache.free_slot("a")
+    with pytest.raises(ValueError, match="request 'a' holds no slot"):
+        cache.free_slot("a")
+    assert cache.free_slots == [0, 1]
+
+
+# --- running requests in their slots ---------------------------------------------------------------
+
+def alone(model, prompt, n):
+    tokens, logits = generate(model, prompt, n, return_logits=True)
+    return tokens, logits
+
+
+# no shrinking phase: every try runs the model, and a failing interleaving is readable as it is
+@settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(st.lists(st.tuples(st.integers(1, 24), st.integers(1, 6)), min_size=2, max_size=4),
+       st.integers(0, 10**6), st.randoms(use_true_random=False))
+def test_each_request_in_a_slot_matches_running_it_alone(small, specs, seed, rng):
+    """Random prompts, interleaved in a random order, in a cache with fewer slots than requests."""
+    g = torch.Generator().manual_seed(seed)
+    reqs = [SlotRequest(i, torch.randint(0, 512, (p,), generator=g).tolist(), n) for i, (p, n) in enumerate(specs)]
+    cache = SlotKVCache.for_model(small, max_batch=len(reqs) - 1 or 1, max_ctx=32)
+    waiting, running = list(reqs), []
+    while waiting or running:
+        if waiting and cache.num_free:  # admit one request, then run one step of a random running request
+            r = waiting.pop(0)
+            batch_prefill(small, cache, [r])
+            running.append(r)
+        r = rng.choice(running)
+        batch_decode_step(small, cache, [r])
+        running = [x for x in running if not x.finished]
+    for r in reqs:
+        tokens, logits = alone(small, r.prompt_ids, r.max_new_tokens)
+        assert r.generated == tokens
+        assert (torch.stack(r.logits) - logits).abs().max().item() < 1e-5
+    assert cache.num_free == cache.max_batch  # every finished request gave its slot back
+
+
+def test_a_reused_slot_does_not_leak_the_previous_request(small):
+    cache = SlotKVCache.for_model(small, max_batch=1, max_ctx=32)
+    first = SlotRequest("first", list(range(20)), 3)
+    batch_prefill(small, cache, [first])
+    while not first.finished:
+        batch_decode_step(small, cache, [first])
+    second = SlotRequest("second", [5, 6, 7], 4)
+    batch_prefill(small, cache, [second])
+    while not second.finished:
+        batch_decode_step(small, cache, [second])
+    tokens, logits = alone(small, second.prompt_ids, 4)
+    assert second.generated == tokens
+    assert (torch.stack(second.logits) - logits).abs().max().item() < 1e-5
+
+
+def test_request_done_after_prefill_frees_its_slot(small):
+    cache = SlotKVCache.for_model(small, max_batch=1, max_ctx=8)
+    one = SlotRequest("one", [1, 2, 3], max_new_tokens=1)
+    batch_prefill(small, cache, [one])
+    assert one.finished and cache.num_free == 1 and cache.request_to_slot == {}
+
+
+def test_prefill_that_would_overflow_the_slot_changes_nothing(small):
+    cache = SlotKVCache.for_model(small, max_batch=2, max_ctx=8)
+    cache.allocate_slot("a")
+    with pytest.raises(ValueError, match="request 'a' would reach 9 tokens, but slot 0 holds max_ctx=8"):
+        prefill(small, cache, "a", list(range(9)))
+    assert cache.lengths == [0, 0]
+
+
+def test_decode_past_max_ctx_raises_and_keeps_the_slot(small):
+    cache = SlotKVCache.for_model(small, max_batch=1, max_ctx=4)
+    cache.allocate_slot("a")
+    prefill(small, cache, "a", [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="would reach 5 tokens"):
+        decode(small, cache, "a", 5)
+    assert cache.lengths == [4]
+
+
+def test_bad_token_leaves_the_slot_empty(small):
+    cache = SlotKVCache.for_model(small, max_batch=1, max_ctx=8)
+    cache.allocate_slot("a")
+    with pytest.raises(ValueError, match="token id 999 is outside the vocabulary"):
+        prefill(small, cache, "a", [1, 999])
+    assert cache.lengths == [0]
+
+
+@pytest.mark.parametrize("steps, message", [
+    (lambda m, c: decode(m, c, "a", 1), "request 'a' has an empty slot 0: prefill it before decoding"),
+    (lambda m, c: (prefill(m, c, "a", [1]), prefill(m, c, "a", [2])), "already has 1 tokens in slot 0"),
+    (lambda m, c: prefill(m, c, "a", []), "request 'a' has an empty prompt"),
+    (lambda m, c: prefill(m, c, "b", [1]), "request 'b' holds no slot"),
+])
+def test_prefill_and_decode_reject_wrong_order_and_bad_input(small, steps, message):
+    cache = SlotKVCache.for_model(small, max_batch=1, max_ctx=8)
+    cache.allocate_slot("a")
+    with pytest.raises(ValueError, match=message):
+        steps(small, cache)
+
+
+def test_request_must_ask_for_at_least_one_token():
+    with pytest.raises(ValueError, match="request 'x' asks for 0 new tokens"):
+        SlotRequest("x", [1], 0)
+
+
+def test_batch_prefill_refuses_more_requests_than_free_slots(small):
+    cache = SlotKVCache.for_model(small, max_batch=2, max_ctx=8)
+    reqs = [SlotRequest(i, [1, 2], 2) for i in range(3)]
+    with pytest.raises(OutOfSlotsError, match="3 requests need slots but only 2 of 2 are free"):
+        batch_prefill(small, cache, reqs)
+    assert cache.num_free == 2 and all(r.slot == -1 for r in reqs)
+
+
+def test_failed_prefill_gives_the_slot_back(small):
+    cache = SlotKVCache.for_model(small, max_batch=2, max_ctx=8)
+    reqs = [SlotRequest("ok", [1, 2], 2), SlotRequest("bad", [1, 999], 2)]
+    with pytest.raises(ValueError, match="token id 999"):
+        batch_prefill(small, cache, reqs)
+    assert cache.request_to_slot == {"ok": 0} and reqs[1].slot == -1
+
+
+# --- the memory arithmetic -----------------------------------------------------------------------------
+
+def test_seed_arithmetic_512_mib_per_layer_per_slot():
+    """27B-class model, TP2: 16 KV heads per rank, head_dim 128, 64K context, fp16."""
+    assert reserved_kv_bytes(1, 65_536, 1, 16, 128, 2) == 512 * MiB
+    assert reserved_kv_bytes(1, 65_536, 16, 16, 128, 2) == 8 * GiB
+    assert reserved_kv_bytes(8, 65_536, 16, 16, 128, 2) == 64 * GiB
+
+
+def test_slot_cache_reserves_what_the_formula_says(small):
+    cache = SlotKVCache.for_model(small, max_batch=3, max_ctx=16)
+    cfg = small.cfg
+    assert cache.reserved_bytes() == reserved_kv_bytes(3, 16, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hd, 4)
+    cache.allocate_slot("a")
+    prefill(small, cache, "a", [1, 2, 3, 4, 5])
+    assert cache.used_bytes() == cache.reserved_bytes() * 5 // (3 * 16)
+
+
+def test_length_mix_is_seeded_long_tailed_and_fits_the_context():
+    prompt, output = sample_length_mix(2000, seed=0, max_ctx=65_536)
+    again, _ = sample_length_mix(2000, seed=0, max_ctx=65_536)
+    assert (prompt == again).all()
+    total = prompt + output
+    assert total.max() <= 65_536 and prompt.min() >= 8 and output.min() >= 1
+    assert total.mean() > 1.5 * sorted(total)[len(total) // 2]  # long tail: the mean sits well above the median
