@@ -121,12 +121,6 @@ def check(args) -> int:
     return 0 if ok else 1
 
 
-def bench(args) -> int:
-    from minillm.bench import main as bench_main
-
-    return bench_main(args.rest)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minillm", description="the minillm book's engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,8 +133,11 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default=None, help="comma-separated torch dtypes (default: float32; on cuda also bfloat16)")
     p.add_argument("--json", action="store_true", help="also print the rows as JSON")
     p.set_defaults(func=check)
-    p = sub.add_parser("bench", help="throughput vs concurrency (see benchmarks/)", add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=bench)
+    sub.add_parser("bench", help="throughput vs concurrency (see benchmarks/; `bench --help` for its options)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # bench parses its own options (argparse.REMAINDER drops leading "--flags")
+        from minillm.bench import main as bench_main
+
+        return bench_main(argv[1:])
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,0 +1,266 @@
+"""bench.py — throughput vs concurrency: one request at a time, the engine, and transformers' generate.
+
+    python -m minillm bench                      # the full run: about 5 minutes on 2 CPU cores
+    python -m minillm bench --save benchmarks/results/cpu.json
+    python -m minillm bench --quick              # a smoke run of a few seconds on the tiny model
+
+Every contender serves the same seeded requests on the same checkpoint, greedy, each request asking
+for exactly `--max-tokens` new tokens (EOS ignored), so all of them do the same work:
+(a) one request at a time with chapter 2's `kv_cache.generate` (the unbatched baseline),
+(b) the engine with up to c requests running together (max_num_seqs = c, every request queued at once),
+(c) transformers' `generate` on left-padded batches of c requests.
+Throughput is output tokens over wall time, prefill included. The seeds' targets are for generation
+(their baseline is a decode rate), so the default workload is generation-heavy: prompts of 8-32
+tokens, 32 new tokens each. Each contender runs once to warm up, then `--repeats` timed rounds (the
+order of contenders alternates between rounds, so drift hits them alike); medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from minillm.checkpoints import cache_dir, ensure_checkpoint
+from minillm.engine import LLMEngine
+from minillm.kv_cache import generate
+from minillm.model import Transformer
+from minillm.sampling import SamplingParams
+
+# The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU, tied
+# head) at about a tenth of Qwen3-0.6B: 3/4 of its width, 6 of its 28 layers, a 32K vocabulary.
+# Its 66M parameters (265 MB in float32) are far beyond the CPU caches (32 MB of L3 here), so every
+# forward streams all weights from memory, as decode does on a real model; that costs ~25-30 ms per
+# forward on 2 cores, so the engine's Python work per step (well under a millisecond) is a few percent.
+# Any bigger and the bench would no longer run in minutes. The 32K vocabulary keeps the output layer
+# at about a third of the weights, as in Qwen3-0.6B (the real 151,936 would make it three quarters);
+# the bench needs no tokenizer, as its prompts are token ids.
+BENCH_CONFIG = dict(
+    vocab_size=32_768,
+    hidden_size=768,
+    intermediate_size=2304,
+    num_hidden_layers=6,
+    num_attention_heads=12,
+    num_key_value_heads=4,
+    head_dim=64,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+)
+BENCH_SEED = 2027
+BENCH_NAME = "qwen3-bench-v1"  # bump the suffix whenever BENCH_CONFIG changes
+
+TARGETS = {2: 1.8, 4: 3.0, 8: 4.0}  # the seeds' throughput targets over one-at-a-time
+LATENCY_TARGET = 1.05  # engine at concurrency 1 vs one-at-a-time, per request
+
+
+def bench_model_path() -> Path:
+    return ensure_checkpoint(cache_dir() / BENCH_NAME, BENCH_CONFIG, seed=BENCH_SEED, with_tokenizer=False)
+
+
+def make_workload(num_requests: int, prompt_lens: tuple[int, int], vocab_size: int, seed: int) -> list[list[int]]:
+    """Seeded prompts of random token ids with lengths uniform in prompt_lens (inclusive)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab_size) for _ in range(rng.randint(*prompt_lens))] for _ in range(num_requests)]
+
+
+def run_one_at_a_time(model, prompts, max_tokens) -> tuple[float, list[float]]:
+    """(a): seconds for the whole workload, and each request's latency."""
+    latencies = []
+    for p in prompts:
+        t = time.perf_counter()
+        out = generate(model, p, max_tokens)
+        latencies.append(time.perf_counter() - t)
+        assert len(out) == max_tokens
+    return sum(latencies), latencies
+
+
+def run_engine_serial(engine: LLMEngine, prompts, max_tokens) -> tuple[float, list[float]]:
+    """(b) at concurrency 1: each request through the engine alone, timed from submission to last token."""
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    latencies = []
+    for p in prompts:
+        t = time.perf_counter()
+        out = engine.generate([p], params, progress=False)[0]
+        latencies.append(time.perf_counter() - t)
+        assert len(out.token_ids) == max_tokens
+    return sum(latencies), latencies
+
+
+def run_engine(engine: LLMEngine, prompts, max_tokens) -> float:
+    """(b): every request queued at once; the engine keeps up to max_num_seqs of them running."""
+    t = time.perf_counter()
+    outs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
+    seconds = time.perf_counter() - t
+    assert all(len(o.token_ids) == max_tokens for o in outs)
+    return seconds
+
+
+@torch.no_grad()
+def run_hf(hf, prompts, max_tokens, batch_size) -> float:
+    """(c): transformers' generate on left-padded batches of batch_size prompts, in submission order."""
+    t = time.perf_counter()
+    for i in range(0, len(prompts), batch_size):
+        group = prompts[i:i + batch_size]
+        width = max(len(p) for p in group)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in group])  # left padding: new tokens line up
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group])
+        out = hf.generate(ids, attention_mask=mask, max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                          do_sample=False, pad_token_id=0, eos_token_id=None)
+        assert out.shape[1] == width + max_tokens
+    return time.perf_counter() - t
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return dict(cpu=cpu, cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
+                python=platform.python_version(), system=platform.system())
+
+
+def load_average() -> float | None:
+    """The 1-minute load average: above the core count, other programs were competing for the CPU."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m minillm bench", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None, help="checkpoint folder (default: the generated bench model)")
+    p.add_argument("--concurrency", default="1,2,4,8,16", help="comma-separated concurrency levels")
+    p.add_argument("--requests", type=int, default=16, help="requests in the workload")
+    p.add_argument("--prompt-lens", default="8,32", help="min,max prompt length in tokens")
+    p.add_argument("--max-tokens", type=int, default=32, help="new tokens per request")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per contender; the median is reported")
+    p.add_argument("--budget", type=int, default=512, help="the engine's max_num_batched_tokens")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save", default=None, help="write the results as JSON to this path")
+    p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
+    argv = list(argv or [])
+    if argv[:1] == ["--"]:  # `python -m minillm bench -- --quick`: the separator some shells need
+        argv = argv[1:]
+    args = p.parse_args(argv)
+    if args.quick:
+        args.requests, args.max_tokens, args.repeats, args.prompt_lens = 4, 4, 1, "4,12"
+        args.concurrency = "1,2,4"
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    load_before = load_average()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    levels = sorted({int(c) for c in args.concurrency.split(",")} | {1})
+    lo, hi = (int(x) for x in args.prompt_lens.split(","))
+    if args.model:
+        path = Path(args.model)
+    elif args.quick:
+        from minillm.checkpoints import default_model_path
+
+        path = default_model_path()
+    else:
+        path = bench_model_path()
+    model = Transformer.from_pretrained(path)
+    cfg = model.cfg
+    prompts = make_workload(args.requests, (lo, hi), cfg.vocab_size, args.seed)
+    n_tokens = len(prompts) * args.max_tokens
+    print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, MLP {cfg.intermediate_size}, "
+          f"heads {cfg.num_attention_heads}/{cfg.num_key_value_heads} KV of {cfg.hd}, vocab {cfg.vocab_size:,} "
+          f"({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, fp32)")
+    print(f"workload: {len(prompts)} requests, prompts of {lo}-{hi} tokens, {args.max_tokens} new tokens each "
+          f"({n_tokens} output tokens), greedy; {args.repeats} timed round(s) after a warm-up; "
+          f"{torch.get_num_threads()} torch threads")
+
+    max_len = hi + args.max_tokens
+    engines = {c: LLMEngine(model, max_num_seqs=c, max_num_batched_tokens=max(args.budget, max_len),
+                            num_blocks=c * (-(-max_len // 16)) + 1, max_model_len=max_len, eos_token_id=None)
+               for c in levels}
+    hf = None
+    if not args.no_hf:
+        from minillm.reference import hf_model
+
+        hf = hf_model(str(path))
+    contenders = [("one at a time", 1)] + [("engine", c) for c in levels] + \
+                 ([("transformers", c) for c in levels] if hf is not None else [])
+
+    def run(name, c, work):
+        if name == "one at a time":
+            return run_one_at_a_time(model, work, args.max_tokens)
+        if name == "engine" and c == 1:
+            return run_engine_serial(engines[1], work, args.max_tokens)
+        if name == "engine":
+            return run_engine(engines[c], work, args.max_tokens), None
+        return run_hf(hf, work, args.max_tokens, c), None
+
+    warm = prompts[: max(levels)]
+    for name, c in contenders:  # warm-up: first calls allocate, and pick kernels
+        run(name, c, [p[:8] for p in warm][:c] if c > 1 else warm[:1])
+    seconds = {k: [] for k in contenders}
+    latencies = {k: [] for k in contenders}
+    for r in range(args.repeats):
+        order = contenders if r % 2 == 0 else contenders[::-1]  # alternate, so drift hits every contender alike
+        for key in order:
+            s, lat = run(*key, prompts)
+            seconds[key].append(s)
+            if lat is not None:
+                latencies[key].append(lat)
+
+    tps = {k: n_tokens / statistics.median(v) for k, v in seconds.items()}
+    base = tps[("one at a time", 1)]
+    per_request = [statistics.median(run_[i] for run_ in latencies[("engine", 1)]) /
+                   statistics.median(run_[i] for run_ in latencies[("one at a time", 1)]) for i in range(len(prompts))]
+    latency_ratio = statistics.median(per_request)
+    rows = []
+    for c in levels:
+        row = dict(concurrency=c, engine_tokens_per_s=tps[("engine", c)], engine_vs_one_at_a_time=tps[("engine", c)] / base,
+                   target=TARGETS.get(c))
+        if hf is not None:
+            row.update(hf_tokens_per_s=tps[("transformers", c)], hf_vs_one_at_a_time=tps[("transformers", c)] / base,
+                       engine_vs_hf=tps[("engine", c)] / tps[("transformers", c)])
+        rows.append(row)
+    print_table(base, rows, latency_ratio)
+    ok = latency_ratio <= LATENCY_TARGET and all(r["engine_vs_one_at_a_time"] >= r["target"] for r in rows if r["target"])
+    print("all targets met" if ok else "some targets missed (see the table); timings on a busy machine are noisy")
+    if args.save:
+        result = dict(machine=dict(machine(), load_average_before=load_before, load_average_after=load_average()), model=dict(cfg.__dict__, path=path.name), workload=dict(
+            requests=len(prompts), prompt_lens=[lo, hi], max_tokens=args.max_tokens, repeats=args.repeats,
+            budget=args.budget, seed=args.seed), one_at_a_time_tokens_per_s=base,
+            single_request_latency_ratio=latency_ratio, latency_target=LATENCY_TARGET, rows=rows,
+            seconds={f"{n} @{c}": v for (n, c), v in seconds.items()})
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"saved {args.save}")
+    return 0
+
+
+def print_table(base: float, rows: list[dict], latency_ratio: float) -> None:
+    hf = "hf_tokens_per_s" in rows[0]
+    head = f"{'concurrency':>11} | {'engine tok/s':>12} | {'vs (a)':>7} | {'target':>7}"
+    if hf:
+        head += f" | {'HF generate tok/s':>17} | {'vs (a)':>7} | {'engine/HF':>9}"
+    print(f"\n(a) one request at a time (kv_cache.generate): {base:.1f} output tokens/s")
+    print(head + "\n" + "-" * len(head))
+    for r in rows:
+        t = f">= {r['target']:.1f}x" if r["target"] else ""
+        mark = ("  " if not r["target"] else (" ok" if r["engine_vs_one_at_a_time"] >= r["target"] else " MISS"))
+        line = f"{r['concurrency']:>11} | {r['engine_tokens_per_s']:>12.1f} | {r['engine_vs_one_at_a_time']:>6.2f}x | {t:>7}"
+        if hf:
+            line += f" | {r['hf_tokens_per_s']:>17.1f} | {r['hf_vs_one_at_a_time']:>6.2f}x | {r['engine_vs_hf']:>8.2f}x"
+        print(line + (mark if r["target"] else ""))
+    verdict = "ok" if latency_ratio <= LATENCY_TARGET else "MISS"
+    print(f"single-request latency, engine at concurrency 1 / (a): {latency_ratio:.3f}x "
+          f"(median over requests; target <= {LATENCY_TARGET}x) {verdict}\n")

@@ -1,0 +1,201 @@
+"""scheduler.py — continuous batching: which requests, and how many of their tokens, run in each step.
+
+A request moves waiting -> running -> finished. Every step has a token budget
+(`max_num_batched_tokens`) and a cap on running requests (`max_num_seqs`). The scheduler first gives
+each running request what it needs (one token for a decode, the next chunk for a prompt still being
+prefilled), oldest first, then admits waiting requests first come, first served, cutting the last
+prompt into a chunk that fits the budget. KV blocks come from a `BlockPool`; when the pool runs dry,
+the newest running request is preempted: its blocks are freed and it goes back to the front of the
+queue, to recompute its prompt and the tokens it already produced when there is room again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from minillm.paged import BlockPool
+from minillm.sampling import SamplingParams
+
+
+@dataclass
+class Sequence:
+    """One request's state: its tokens, how many have K/V in the cache, and where those K/V live."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    arrival: int = 0  # submission order; a smaller number is an older request
+    seed: int = 0  # the sampling seed (params.seed, or one the engine chose)
+    stop_token_ids: frozenset[int] = frozenset()  # params' stop tokens plus the model's EOS
+    output_ids: list[int] = field(default_factory=list)
+    status: str = "waiting"  # "waiting" | "running" | "finished"
+    num_computed: int = 0  # tokens whose K/V are in the cache
+    block_table: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # "length" | "stop"
+    num_preemptions: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Token ids [start, end) of prompt + output, without building the whole list."""
+        P = len(self.prompt_ids)
+        if end <= P:
+            return self.prompt_ids[start:end]
+        if start >= P:
+            return self.output_ids[start - P:end - P]
+        return self.prompt_ids[start:] + self.output_ids[:end - P]
+
+
+@dataclass
+class ScheduledChunk:
+    """What one request computes in one step: num_new tokens after its num_computed cached ones."""
+
+    request_id: str
+    num_computed: int
+    num_new: int
+    kind: str  # "prefill" (prompt tokens), "decode" (its last sampled token) or "recompute" (after preemption)
+    need_logits: bool  # the chunk reaches the request's last token, so the step samples its next token
+
+
+@dataclass
+class StepPlan:
+    """One step: the chunks to run in one forward, and the requests preempted to make room."""
+
+    step: int
+    chunks: list[ScheduledChunk]
+    preempted: list[str]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_new for c in self.chunks)
+
+
+class Scheduler:
+    def __init__(self, pool: BlockPool, block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
+                 max_model_len: int):
+        for name, value in [("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens),
+                            ("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len)]:
+            if value < 1:
+                raise ValueError(f"{name} is {value}: expected at least 1")
+        self.pool, self.block_size = pool, block_size
+        self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len = max_num_batched_tokens, max_num_seqs, max_model_len
+        self.waiting: deque[Sequence] = deque()  # oldest first
+        self.running: list[Sequence] = []  # oldest first; the newest is preempted first
+        self.seen_ids: set[str] = set()  # every id ever submitted, so a repeat is caught even after it finished
+        self.num_steps = 0
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def check(self, seq: Sequence) -> None:
+        """Raise ValueError if `seq` can never be served; changes nothing."""
+        n_prompt, max_tokens = len(seq.prompt_ids), seq.params.max_tokens
+        if seq.request_id in self.seen_ids:
+            raise ValueError(f"request id {seq.request_id!r} was already submitted: expected a new id")
+        if n_prompt == 0:
+            raise ValueError(f"request {seq.request_id!r} has an empty prompt: expected at least one token")
+        if n_prompt + max_tokens > self.max_model_len:
+            raise ValueError(f"request {seq.request_id!r} needs {n_prompt} prompt + {max_tokens} new tokens = "
+                             f"{n_prompt + max_tokens}, beyond the model's context of {self.max_model_len}")
+        # The last sampled token is never fed back, so at most prompt + max_tokens - 1 tokens need K/V.
+        need = self.blocks_for(n_prompt + max_tokens - 1)
+        if need > self.pool.num_blocks:
+            raise ValueError(f"request {seq.request_id!r} needs {need} KV blocks at its longest, but the pool "
+                             f"has only {self.pool.num_blocks}: expected a shorter prompt or fewer max_tokens")
+
+    def add(self, seq: Sequence) -> None:
+        self.check(seq)
+        self.seen_ids.add(seq.request_id)
+        seq.status = "waiting"
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> StepPlan:
+        """Plan one step: running requests first (oldest first), then waiting ones, within the budgets."""
+        budget, chunks, preempted = self.max_num_batched_tokens, [], []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            while not self._reserve(seq, seq.num_computed + n):
+                victim = self.running.pop()  # the newest; never one already planned, since those sit before i
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is seq:
+                    break
+            else:
+                chunks.append(self._chunk(seq, n))
+                budget -= n
+                i += 1
+        # Admit waiting requests only if nobody was just preempted: they would take the blocks back.
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            if not self._reserve(seq, seq.num_computed + n):
+                break  # first come, first served: nobody overtakes the head of the queue
+            self.waiting.popleft()
+            seq.status = "running"
+            self.running.append(seq)
+            chunks.append(self._chunk(seq, n))
+            budget -= n
+        self.num_steps += 1
+        return StepPlan(self.num_steps, chunks, preempted)
+
+    def update(self, plan: StepPlan, sampled: dict[str, int]) -> list[Sequence]:
+        """Record a finished step: advance each chunk, append sampled tokens, retire finished requests."""
+        by_id = {s.request_id: s for s in self.running}
+        missing = [c.request_id for c in plan.chunks if c.need_logits and c.request_id not in sampled]
+        if missing:
+            raise ValueError(f"no sampled token for request {missing[0]!r}, whose chunk needs one")
+        finished = []
+        for chunk in plan.chunks:
+            seq = by_id[chunk.request_id]
+            seq.num_computed += chunk.num_new
+            if not chunk.need_logits:
+                continue  # a prompt chunk short of the end: nothing to sample yet
+            token = sampled[chunk.request_id]
+            seq.output_ids.append(token)
+            if token in seq.stop_token_ids:
+                seq.finish_reason = "stop"
+            elif len(seq.output_ids) >= seq.params.max_tokens:
+                seq.finish_reason = "length"
+            else:
+                continue
+            seq.status = "finished"
+            self.pool.free(seq.block_table)
+            seq.block_table = []
+            self.running.remove(seq)
+            finished.append(seq)
+        return finished
+
+    def _chunk(self, seq: Sequence, n: int) -> ScheduledChunk:
+        end = seq.num_computed + n
+        if seq.output_ids and seq.num_computed == seq.num_tokens - 1:
+            kind = "decode"  # only the last sampled token is new
+        elif seq.output_ids:
+            kind = "recompute"  # preempted earlier: prompt and output tokens go through again
+        else:
+            kind = "prefill"
+        return ScheduledChunk(seq.request_id, seq.num_computed, n, kind, need_logits=end == seq.num_tokens)
+
+    def _reserve(self, seq: Sequence, num_tokens: int) -> bool:
+        """Grow seq's block table to hold num_tokens tokens; False (and no change) if the pool is short."""
+        need = self.blocks_for(num_tokens) - len(seq.block_table)
+        if need > self.pool.num_free:
+            return False
+        if need > 0:
+            seq.block_table.extend(self.pool.allocate(need))
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free seq's blocks and queue it first in line; it recomputes prompt + output when readmitted."""
+        self.pool.free(seq.block_table)
+        seq.block_table, seq.num_computed = [], 0
+        seq.status = "waiting"
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)

@@ -1,0 +1,102 @@
+"""Sampling: parameter checks, greedy, top-k / top-p filtering, and batch-invariant seeded draws."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minillm.sampling import SamplingParams, apply_top_k_top_p, sample
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(max_tokens=0), "max_tokens is 0"),
+    (dict(max_tokens=2.5), "max_tokens is 2.5"),
+    (dict(temperature=-0.1), "temperature is -0.1"),
+    (dict(temperature=math.nan), "temperature is nan"),
+    (dict(top_k=-1), "top_k is -1"),
+    (dict(top_p=0.0), "top_p is 0.0"),
+    (dict(top_p=1.5), "top_p is 1.5"),
+    (dict(stop_token_ids=[3, -2]), "stop_token_ids has -2"),
+    (dict(seed=-5), "seed is -5"),
+])
+def test_bad_params_are_rejected_with_the_value(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        SamplingParams(**kwargs)
+
+
+def test_stop_token_ids_become_a_tuple():
+    assert SamplingParams(stop_token_ids=[5, 7]).stop_token_ids == (5, 7)
+
+
+def test_greedy_rows_take_the_argmax():
+    logits = torch.randn(5, 50, generator=torch.Generator().manual_seed(0))
+    tokens = sample(logits, [SamplingParams()] * 5, seeds=[0] * 5, steps=[0] * 5)
+    assert tokens == logits.argmax(-1).tolist()
+
+
+def test_top_k_keeps_exactly_the_k_best():
+    logits = torch.randn(3, 40, generator=torch.Generator().manual_seed(1))
+    out = apply_top_k_top_p(logits, top_k=[1, 5, 0], top_p=[1.0, 1.0, 1.0])
+    for row, k in zip(range(3), [1, 5, 40]):
+        kept = torch.isfinite(out[row]).nonzero().flatten()
+        assert set(kept.tolist()) == set(logits[row].topk(k).indices.tolist())
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
+    logits = probs.log()
+    # 0.5 + 0.3 = 0.8 reaches 0.8, so the third-best token (0.15) is dropped; at 0.81 it stays.
+    assert torch.isfinite(apply_top_k_top_p(logits, [0], [0.8])).tolist() == [[False, True, False, True]]
+    assert torch.isfinite(apply_top_k_top_p(logits, [0], [0.81])).tolist() == [[False, True, True, True]]
+
+
+def test_top_p_always_keeps_the_best_token():
+    logits = torch.tensor([[0.0, 3.0, 1.0]])
+    assert torch.isfinite(apply_top_k_top_p(logits, [0], [1e-6])).tolist() == [[False, True, False]]
+
+
+def test_sampled_tokens_stay_inside_top_k():
+    logits = torch.randn(1, 100, generator=torch.Generator().manual_seed(2))
+    best2 = set(logits[0].topk(2).indices.tolist())
+    sp = SamplingParams(temperature=5.0, top_k=2)  # a hot temperature would pick outsiders without the filter
+    drawn = {sample(logits, [sp], [7], [step])[0] for step in range(200)}
+    assert drawn == best2
+
+
+def test_draws_follow_the_distribution():
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    sp = SamplingParams(temperature=1.0)
+    n = 4000
+    counts = torch.zeros(4)
+    for step in range(n):
+        counts[sample(probs.log()[None], [sp], [11], [step])[0]] += 1
+    assert (counts / n - probs).abs().max() < 0.03, counts / n
+
+
+@settings(max_examples=25, deadline=None)
+@given(n_rows=st.integers(1, 6), data=st.data())
+def test_a_seeded_row_draws_the_same_token_in_any_batch(n_rows, data):
+    """Row i's token depends on its logits, params, seed and step only: not on its neighbours or place."""
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 1000)))
+    logits = torch.randn(n_rows, 64, generator=gen) * 2
+    params = [SamplingParams(temperature=data.draw(st.sampled_from([0.0, 0.7, 1.0, 1.5])),
+                             top_k=data.draw(st.sampled_from([0, 5, 20])),
+                             top_p=data.draw(st.sampled_from([1.0, 0.9, 0.5]))) for _ in range(n_rows)]
+    seeds = data.draw(st.lists(st.integers(0, 2**40), min_size=n_rows, max_size=n_rows))
+    steps = data.draw(st.lists(st.integers(0, 500), min_size=n_rows, max_size=n_rows))
+    together = sample(logits, params, seeds, steps)
+    alone = [sample(logits[i:i + 1], [params[i]], [seeds[i]], [steps[i]])[0] for i in range(n_rows)]
+    order = data.draw(st.permutations(range(n_rows)))
+    shuffled = sample(logits[list(order)], [params[i] for i in order], [seeds[i] for i in order],
+                      [steps[i] for i in order])
+    assert together == alone
+    assert [shuffled[order.index(i)] for i in range(n_rows)] == together
+
+
+def test_different_steps_draw_different_tokens():
+    logits = torch.zeros(1, 1000)  # uniform: repeats would mean the seed ignores the step
+    sp = SamplingParams(temperature=1.0)
+    drawn = [sample(logits, [sp], [3], [step])[0] for step in range(20)]
+    assert len(set(drawn)) >= 15
