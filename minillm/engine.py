@@ -12,7 +12,6 @@ its requests finish; `stream` yields tokens as they are produced.
 from __future__ import annotations
 
 import json
-import operator
 import random
 import sys
 import time
@@ -23,7 +22,7 @@ import torch
 
 from minillm.model import Transformer
 from minillm.paged import BlockPool, PagedKVCache
-from minillm.runner import ModelRunner, build_batch
+from minillm.runner import ModelRunner, as_int, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
 
@@ -54,16 +53,6 @@ class TokenEvent:
     request_id: str
     token_id: int
     output: Output | None = None
-
-
-def _as_int(x) -> int | None:
-    """x as an int if it is an integer (Python, numpy or 0-d tensor; not bool), else None."""
-    if isinstance(x, bool):
-        return None
-    try:
-        return operator.index(x)
-    except TypeError:
-        return None
 
 
 @dataclass
@@ -132,7 +121,7 @@ class LLMEngine:
         else:
             ids = list(prompt)
         V = self.model.cfg.vocab_size
-        bad = [t for t in ids if _as_int(t) is None or not 0 <= t < V]
+        bad = [t for t in ids if as_int(t) is None or not 0 <= t < V]
         if bad:
             raise ValueError(f"prompt has token id {bad[0]!r}: expected ints in [0, {V})")
         ids = [int(t) for t in ids]  # numpy or tensor integers become plain ints

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import deque
 
 import torch
-import torch.nn.functional as F
 
 from minillm.model import causal_attention
 
@@ -180,13 +179,14 @@ def paged_decode_attention(q: torch.Tensor, kv: PagedKVCache, layer: int, block_
     k = kv.k[layer][tables].flatten(1, 2)  # [B, max_blocks, bs, KV, hd] -> [B, L, KV, hd]
     v = kv.v[layer][tables].flatten(1, 2)
     H, KV = q.shape[1], k.shape[2]
-    k, v = k.repeat_interleave(H // KV, dim=2), v.repeat_interleave(H // KV, dim=2)  # GQA: [B, L, H, hd]
+    G = H // KV  # GQA: query heads per KV head, handled by a reshape instead of copying K/V G times
     lens = torch.tensor(seq_lens, device=device)
     mask = torch.arange(k.shape[1], device=device)[None, :] < lens[:, None]  # [B, L]: real tokens only
-    o = F.scaled_dot_product_attention(
-        q[:, :, None, :], k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask[:, None, None, :], scale=scale
-    )  # [B, H, 1, hd]
-    return o[:, :, 0, :]
+    qg = q.view(B, KV, G, q.shape[2])  # [B, KV, G, hd]
+    scores = torch.matmul(qg, k.permute(0, 2, 3, 1)) * scale  # [B, KV, G, L]
+    scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    o = torch.matmul(scores.softmax(dim=-1), v.transpose(1, 2))  # [B, KV, G, hd]
+    return o.reshape(B, H, q.shape[2])
 
 
 def check_attention_inputs(q: torch.Tensor, kv: PagedKVCache, block_tables: list[list[int]],

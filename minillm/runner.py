@@ -41,7 +41,7 @@ class BatchInput:
 ITEM = "(token_ids, num_computed, block_table, need_logits)"  # what build_batch takes per request
 
 
-def _as_int(x) -> int | None:
+def as_int(x) -> int | None:
     """x as a Python int if it is an integer (int, numpy or 0-d tensor integer, not bool), else None."""
     if isinstance(x, bool):
         return None
@@ -58,7 +58,7 @@ def _check_item(r: int, item, block_size: int, vocab_size: int | None) -> tuple[
     except (TypeError, ValueError):
         raise ValueError(f"request {r} is {item!r}: expected {ITEM}") from None
     try:
-        ids, blocks = [_as_int(t) for t in token_ids], [_as_int(b) for b in table]
+        ids, blocks = [as_int(t) for t in token_ids], [as_int(b) for b in table]
     except TypeError:
         raise ValueError(f"request {r} is {item!r}: token_ids and block_table must be lists of ints") from None
     if not ids:
@@ -69,7 +69,7 @@ def _check_item(r: int, item, block_size: int, vocab_size: int | None) -> tuple[
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"request {r} has token id {bad[0]} outside the vocabulary: expected 0 <= id < {vocab_size}")
-    k = _as_int(num_computed)
+    k = as_int(num_computed)
     if k is None or k < 0:
         raise ValueError(f"request {r} has num_computed={num_computed!r}: expected an int >= 0")
     if any(b is None or b < 0 for b in blocks):
@@ -91,7 +91,7 @@ def build_batch(items, block_size: int, device="cpu", vocab_size: int | None = N
     items = list(items)
     if not items:
         raise ValueError(f"build_batch got no items: expected at least one {ITEM}")
-    if _as_int(block_size) is None or block_size < 1:
+    if as_int(block_size) is None or block_size < 1:
         raise ValueError(f"block_size is {block_size!r}: expected an int >= 1")
     checked = [_check_item(r, item, block_size, vocab_size) for r, item in enumerate(items)]
 
