@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 
@@ -26,6 +27,9 @@ def demo(args) -> int:
     print(f"model: {path}")
     print(f"       {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} query heads / "
           f"{cfg.num_key_value_heads} KV heads of {cfg.hd}, vocab {cfg.vocab_size:,}")
+    if not os.environ.get("MINILLM_MODEL"):
+        print("       (the built-in tiny model has random weights, so its text is noise: what matters is that\n"
+              "        minillm and transformers agree. MINILLM_MODEL=/path/to/Qwen3-0.6B gives real text.)")
     worst = 0.0
     for prompt in DEMO_PROMPTS:
         ids = tok(prompt).input_ids
