@@ -22,7 +22,8 @@ import torch
 
 from minillm.model import Transformer
 from minillm.paged import BlockPool, PagedKVCache
-from minillm.runner import ModelRunner, as_int, build_batch
+from minillm.checking import as_int
+from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
 

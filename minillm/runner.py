@@ -9,12 +9,12 @@ Only attention needs them; every other layer works token by token on the [N, hid
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from minillm.checking import as_int
 from minillm.model import Transformer, apply_rope, rope_cos_sin
 from minillm.paged import PagedKVCache, paged_attention, paged_decode_attention, slot_mapping_for
 
@@ -39,16 +39,6 @@ class BatchInput:
 
 
 ITEM = "(token_ids, num_computed, block_table, need_logits)"  # what build_batch takes per request
-
-
-def as_int(x) -> int | None:
-    """x as a Python int if it is an integer (int, numpy or 0-d tensor integer, not bool), else None."""
-    if isinstance(x, bool):
-        return None
-    try:
-        return operator.index(x)
-    except TypeError:
-        return None
 
 
 def _check_item(r: int, item, block_size: int, vocab_size: int | None) -> tuple[list[int], int, list[int], bool]:
