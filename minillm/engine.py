@@ -2,6 +2,7 @@
 
     engine = LLMEngine(path)                       # or LLMEngine(model) for a loaded Transformer
     outputs = engine.generate(["Hello", [1, 2, 3]], SamplingParams(max_tokens=20))
+    engine = LLMEngine(path, enable_prefix_caching=True)   # chapter 7: shared prefixes are computed once
 
 Each `step()` asks the scheduler for a plan, lays the planned chunks out as one flat batch
 (`build_batch`), runs `ModelRunner.forward` once, samples a token for every request whose chunk
@@ -23,6 +24,7 @@ import torch
 from minillm.model import Transformer
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
 from minillm.checking import as_int
+from minillm.prefix_cache import PrefixCacheStats
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
@@ -40,6 +42,7 @@ class Output:
     ttft: float  # time to first token
     itl: list[float]  # inter-token latencies: the gaps between consecutive tokens
     num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache, never computed (vLLM's name)
 
     @property
     def latency(self) -> float:
@@ -66,11 +69,13 @@ class LLMEngine:
     def __init__(self, model: Transformer | str | Path | None = None, *, tokenizer=None, block_size: int = 16,
                  num_blocks: int | None = None, max_num_batched_tokens: int = 512, max_num_seqs: int = 16,
                  max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30, eos_token_id: int | None = None,
-                 device=None, dtype: torch.dtype = torch.float32, seed: int = 0, record_plans: bool = False):
+                 device=None, dtype: torch.dtype = torch.float32, seed: int = 0, record_plans: bool = False,
+                 enable_prefix_caching: bool = False):
         """model: a loaded Transformer, or a checkpoint folder (None: the book's default model).
 
         The KV pool gets `num_blocks` blocks, by default enough for max_num_seqs full-length requests
-        but at most `kv_cache_bytes` of memory.
+        but at most `kv_cache_bytes` of memory. enable_prefix_caching (vLLM's name; off here, so that
+        chapter 6 reads as before) lets requests reuse the KV blocks of prefixes computed earlier.
         """
         if model is None or isinstance(model, (str, Path)):
             from minillm.checkpoints import default_model_path
@@ -98,8 +103,10 @@ class LLMEngine:
         self.block_size = block_size
         self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
         self.runner = ModelRunner(model, self.kv)
+        if not isinstance(enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching is {enable_prefix_caching!r}: expected True or False")
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
-                                   self.max_model_len)
+                                   self.max_model_len, enable_prefix_caching=enable_prefix_caching)
         self.rng = random.Random(seed)  # seeds for requests that bring none
         self.record_plans = record_plans
         self.plans: list[StepPlan] = []  # every step's plan, when record_plans is on (the notebook draws them)
@@ -109,10 +116,15 @@ class LLMEngine:
 
     # ---- requests in -------------------------------------------------------------------------------
     def make_sequence(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> Sequence:
-        """A Sequence for `prompt` (a string or a list of token ids), its ids checked; not yet submitted."""
+        """A Sequence for `prompt`, its ids checked; not yet submitted.
+
+        prompt: a string, a list of token ids, or (like vLLM's TextPrompt / TokensPrompt) a dict with "prompt" or
+        "prompt_token_ids" and an optional "cache_salt": requests share cached prefix blocks only with equal salts.
+        """
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params is a {type(params).__name__}: expected SamplingParams")
+        prompt, cache_salt = split_prompt(prompt)
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("this engine has no tokenizer, so prompts must be lists of token ids")
@@ -129,7 +141,7 @@ class LLMEngine:
         stops = set(params.stop_token_ids)
         if self.eos_token_id is not None and not params.ignore_eos:
             stops.add(self.eos_token_id)
-        return Sequence(str(request_id), ids, params, stop_token_ids=frozenset(stops))
+        return Sequence(str(request_id), ids, params, stop_token_ids=frozenset(stops), cache_salt=cache_salt)
 
     def _free_ids(self, n: int) -> list[str]:
         """The next n automatic request ids ("req-0", "req-1", ...) nobody has used; reserves nothing."""
@@ -190,12 +202,22 @@ class LLMEngine:
         itl = [b - a for a, b in zip(times, times[1:])]
         text = self.tokenizer.decode(seq.output_ids) if self.tokenizer is not None else ""
         return Output(seq.request_id, seq.prompt_ids, list(seq.output_ids), text, seq.finish_reason,
-                      times[0] - timing.added, itl, seq.num_preemptions)
+                      times[0] - timing.added, itl, seq.num_preemptions, seq.num_cached_tokens or 0)
+
+    # ---- prefix caching ----------------------------------------------------------------------------
+    @property
+    def stats(self) -> PrefixCacheStats:
+        """Totals so far: cache lookups, query and hit tokens, hit rate, tokens computed. Each plan has its step's."""
+        return self.scheduler.stats
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, e.g. between benchmark rounds; refused (False) while requests hold blocks."""
+        return self.scheduler.kv.reset()
 
     # ---- convenience loops -------------------------------------------------------------------------
     def _add_all(self, prompts, params) -> list[str]:
         """Check every request first, so one bad prompt rejects the call before any request is queued."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # a single prompt
         prompts = list(prompts)
         plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
@@ -252,3 +274,17 @@ class LLMEngine:
                 yield ev.request_id, ev.token_id, delta
                 if ev.output is not None:
                     pending.discard(ev.request_id)
+
+
+def split_prompt(prompt):
+    """(prompt, cache_salt) from a string, a list of ids, or a dict {"prompt" | "prompt_token_ids", "cache_salt"}."""
+    if not isinstance(prompt, dict):
+        return prompt, None
+    unknown = set(prompt) - {"prompt", "prompt_token_ids", "cache_salt"}
+    if unknown or ("prompt" in prompt) == ("prompt_token_ids" in prompt):
+        raise ValueError(f"prompt dict has keys {sorted(prompt)}: expected one of 'prompt' (text) or "
+                         "'prompt_token_ids', and optionally 'cache_salt'")
+    salt = prompt.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise ValueError(f"cache_salt is {salt!r}: expected a non-empty string, or no cache_salt")
+    return prompt.get("prompt", prompt.get("prompt_token_ids")), salt

@@ -7,6 +7,9 @@ prefilled), oldest first, then admits waiting requests first come, first served,
 prompt into a chunk that fits the budget. KV blocks come from a `BlockPool`; when the pool runs dry,
 the newest running request is preempted: its blocks are freed and it goes back to the front of the
 queue, to recompute its prompt and the tokens it already produced when there is room again.
+
+Blocks are the `KVCacheManager`'s business (prefix_cache.py): with prefix caching on, a request being
+admitted first asks it for its cached prefix, and its first chunk starts after it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from minillm.paged import BlockPool, num_blocks_for
+from minillm.prefix_cache import KVCacheManager, PrefixCacheStats
 from minillm.sampling import SamplingParams
 
 
@@ -32,8 +36,10 @@ class Sequence:
     status: str = "waiting"  # "waiting" | "running" | "finished"
     num_computed: int = 0  # tokens whose K/V are in the cache
     block_table: list[int] = field(default_factory=list)
-    finish_reason: str | None = None  # "length" | "stop"
+    finish_reason: str | None = None  # "length" | "stop" | "abort"
     num_preemptions: int = 0
+    cache_salt: str | None = None  # enters the prefix cache's first digest: only equal salts share blocks
+    num_cached_tokens: int | None = None  # prompt tokens found in the prefix cache at first admission
 
     @property
     def num_tokens(self) -> int:
@@ -67,6 +73,7 @@ class StepPlan:
     step: int
     chunks: list[ScheduledChunk]
     preempted: list[str]
+    cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # this step's lookups, hits, computed tokens
 
     @property
     def num_tokens(self) -> int:
@@ -75,12 +82,14 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, pool: BlockPool, block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
-                 max_model_len: int):
+                 max_model_len: int, enable_prefix_caching: bool = False):
         for name, value in [("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens),
                             ("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len)]:
             if value < 1:
                 raise ValueError(f"{name} is {value}: expected at least 1")
         self.pool, self.block_size = pool, block_size
+        self.kv = KVCacheManager(pool, block_size, enable_caching=enable_prefix_caching)
+        self.stats = PrefixCacheStats()  # totals over every step
         self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len = max_num_batched_tokens, max_num_seqs, max_model_len
         self.waiting: deque[Sequence] = deque()  # oldest first
         self.running: list[Sequence] = []  # oldest first; the newest is preempted first
@@ -130,18 +139,27 @@ class Scheduler:
                 budget -= n
                 i += 1
         # Admit waiting requests only if nobody was just preempted: they would take the blocks back.
+        cache = PrefixCacheStats()
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            n = min(seq.num_tokens - seq.num_computed, budget)
-            if not self._reserve(seq, seq.num_computed + n):
+            hit_blocks, num_hit = self.kv.get_computed_blocks(seq)  # its cached prefix: ([], 0) without caching
+            n = min(seq.num_tokens - num_hit, budget)
+            if not self.kv.allocate_slots(seq, num_hit + n, hit_blocks):
                 break  # first come, first served: nobody overtakes the head of the queue
             self.waiting.popleft()
-            seq.status = "running"
+            seq.status, seq.num_computed = "running", num_hit  # the first chunk starts after the hit
+            if seq.num_cached_tokens is None:
+                seq.num_cached_tokens = num_hit
+            cache.num_queries += 1
+            cache.num_query_tokens += seq.num_tokens
+            cache.num_hit_tokens += num_hit
             self.running.append(seq)
             chunks.append(self._chunk(seq, n))
             budget -= n
         self.num_steps += 1
-        return StepPlan(self.num_steps, chunks, preempted)
+        cache.num_computed_tokens = sum(c.num_new for c in chunks)
+        self.stats.add(cache)
+        return StepPlan(self.num_steps, chunks, preempted, cache)
 
     def update(self, plan: StepPlan, sampled: dict[str, int]) -> list[Sequence]:
         """Record a finished step: advance each chunk, append sampled tokens, retire finished requests."""
@@ -153,6 +171,7 @@ class Scheduler:
         for chunk in plan.chunks:
             seq = by_id[chunk.request_id]
             seq.num_computed += chunk.num_new
+            self.kv.cache_full_blocks(seq)  # blocks now full of computed tokens become findable
             if not chunk.need_logits:
                 continue  # a prompt chunk short of the end: nothing to sample yet
             token = sampled[chunk.request_id]
@@ -164,11 +183,25 @@ class Scheduler:
             else:
                 continue
             seq.status = "finished"
-            self.pool.free(seq.block_table)
-            seq.block_table = []
+            self.kv.free(seq)
             self.running.remove(seq)
             finished.append(seq)
         return finished
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Drop a waiting or running request and free its blocks (filed ones stay cached); None if it is not here.
+
+        A request aborted between schedule() and update() must not be in that step's plan any more: call this
+        between steps.
+        """
+        for queue in (self.waiting, self.running):
+            for seq in queue:
+                if seq.request_id == request_id:
+                    queue.remove(seq)
+                    self.kv.free(seq)
+                    seq.status, seq.finish_reason = "finished", "abort"
+                    return seq
+        return None
 
     def _chunk(self, seq: Sequence, n: int) -> ScheduledChunk:
         end = seq.num_computed + n
@@ -182,17 +215,13 @@ class Scheduler:
 
     def _reserve(self, seq: Sequence, num_tokens: int) -> bool:
         """Grow seq's block table to hold num_tokens tokens; False (and no change) if the pool is short."""
-        need = num_blocks_for(num_tokens, self.block_size) - len(seq.block_table)
-        if need > self.pool.num_free:
-            return False
-        if need > 0:
-            seq.block_table.extend(self.pool.allocate(need))
-        return True
+        return self.kv.allocate_slots(seq, num_tokens)
 
     def _preempt(self, seq: Sequence) -> None:
-        """Free seq's blocks and queue it first in line; it recomputes prompt + output when readmitted."""
-        self.pool.free(seq.block_table)
-        seq.block_table, seq.num_computed = [], 0
+        """Free seq's blocks and queue it first in line; it recomputes prompt + output when readmitted
+        (with prefix caching, only what was evicted from its blocks in the meantime)."""
+        self.kv.free(seq)
+        seq.num_computed = 0
         seq.status = "waiting"
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
