@@ -3,6 +3,7 @@
     python -m minillm bench                      # the full run: about 5 minutes on 2 CPU cores
     python -m minillm bench --save benchmarks/results/cpu.json
     python -m minillm bench --quick              # a smoke run of a few seconds on the tiny model
+    python -m minillm bench --workload shared-prefix   # prefix caching off vs on (bench_prefix.py)
 
 Every contender serves the same seeded requests on the same checkpoint, greedy, each request asking
 for exactly `--max-tokens` new tokens (EOS ignored), so all of them do the same work:
@@ -151,6 +152,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save", default=None, help="write the results as JSON to this path")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
+    p.add_argument("--workload", default="concurrency", choices=["concurrency", "shared-prefix"],
+                   help="concurrency (this table) or shared-prefix (prefix caching off vs on; see bench_prefix.py)")
     argv = list(argv or [])
     if argv[:1] == ["--"]:  # `python -m minillm bench -- --quick`: the separator some shells need
         argv = argv[1:]
@@ -162,6 +165,10 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
+    if "shared-prefix" in list(argv or []) or "--workload=shared-prefix" in list(argv or []):
+        from minillm.bench_prefix import main as shared_prefix_main
+
+        return shared_prefix_main([a for a in argv if a != "--workload=shared-prefix"])
     args = parse_args(argv)
     load_before = load_average()
     if args.threads:

@@ -241,3 +241,20 @@ def test_each_plan_reports_its_own_hits(model):
     last = engine.plans[-1].cache
     assert (last.num_queries, last.num_query_tokens, last.num_hit_tokens, last.num_computed_tokens) == (1, 41, 40, 1)
     assert engine.stats.num_hit_tokens == 40 and engine.stats.hit_rate == 40 / 81
+
+
+def test_shared_prefix_bench_quick_run_saves_a_table(tmp_path, capsys):
+    import json
+
+    from minillm.bench import main
+
+    out = tmp_path / "prefix.json"
+    assert main(["--workload", "shared-prefix", "--quick", "--threads", "1", "--save", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert result["identical_tokens"] and set(rows) == {f"{k}, caching {s}" for k in ("queued", "alone") for s in ("on", "off")}
+    for kind in ("queued", "alone"):
+        off, on = rows[f"{kind}, caching off"], rows[f"{kind}, caching on"]
+        assert off["hit_tokens"] == 0 and on["hit_tokens"] > 0
+        assert off["prompt_tokens_computed"] - on["prompt_tokens_computed"] == on["hit_tokens"]
+    assert "fewer prompt tokens" in capsys.readouterr().out
