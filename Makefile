@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: demo test test-py test-notebooks test-practice test-book lab book book-build clean
+.PHONY: demo test test-py test-notebooks test-practice test-book notebooks lab book book-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,13 @@ test: $(STAMP)
 	$(PY) -m pytest tests -q
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks -q
 	$(PY) practice/judge.py check
+
+# Re-execute every chapter in place from a fresh kernel (how the committed notebooks are made).
+notebooks: $(STAMP)
+	for nb in notebooks/[0-9]*.ipynb; do \
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 \
+	    --ExecutePreprocessor.record_timing=False "$$nb" || exit 1; \
+	done
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks
