@@ -103,6 +103,14 @@ class PrefixCacheStats:
     def hit_rate(self) -> float:
         return self.num_hit_tokens / self.num_query_tokens if self.num_query_tokens else 0.0
 
+    def admit(self, seq, num_hit: int) -> None:
+        """Count one admission that found num_hit of seq's tokens cached (the first one is seq's num_cached_tokens)."""
+        self.num_queries += 1
+        self.num_query_tokens += seq.num_tokens
+        self.num_hit_tokens += num_hit
+        if seq.num_cached_tokens is None:
+            seq.num_cached_tokens = num_hit
+
     def add(self, other: "PrefixCacheStats") -> None:
         for name in ("num_queries", "num_query_tokens", "num_hit_tokens", "num_computed_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))

@@ -142,17 +142,13 @@ class Scheduler:
         cache = PrefixCacheStats()
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            hit_blocks, num_hit = self.kv.get_computed_blocks(seq)  # its cached prefix: ([], 0) without caching
+            hit_blocks, num_hit = self.kv.get_computed_blocks(seq)  # chapter 7's prefix cache; ([], 0) when off
             n = min(seq.num_tokens - num_hit, budget)
             if not self.kv.allocate_slots(seq, num_hit + n, hit_blocks):
                 break  # first come, first served: nobody overtakes the head of the queue
             self.waiting.popleft()
-            seq.status, seq.num_computed = "running", num_hit  # the first chunk starts after the hit
-            if seq.num_cached_tokens is None:
-                seq.num_cached_tokens = num_hit
-            cache.num_queries += 1
-            cache.num_query_tokens += seq.num_tokens
-            cache.num_hit_tokens += num_hit
+            seq.status, seq.num_computed = "running", num_hit  # the first chunk starts after the cached prefix
+            cache.admit(seq, num_hit)
             self.running.append(seq)
             chunks.append(self._chunk(seq, n))
             budget -= n
