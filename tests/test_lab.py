@@ -151,6 +151,7 @@ def run_all(page) -> list:
 
 def widget_cell(page, needle: str):
     cell = page.locator(".jp-CodeCell").filter(has=page.locator(".jp-InputArea", has_text=needle))
+    cell.first.wait_for(state="attached", timeout=60_000)  # JupyterLab renders a long notebook's cells in batches
     assert cell.count() == 1, f"expected one cell with {needle!r}, found {cell.count()}"
     cell.scroll_into_view_if_needed()
     return cell
@@ -209,6 +210,7 @@ def test_chapter_5_opens_clean_runs_and_its_widget_redraws(browser, lab):
     assert before.locator("img").count() == 1, "the untrusted widget cell shows no picture"
     assert "VBox(" not in before.inner_text()
     shot(cell, "05-widget-cell-untrusted")
+    assert not is_dirty(page), "the chapter turned modified while it sat open"
 
     assert run_all(page) == [], "error outputs after Run All"
     cell.scroll_into_view_if_needed()  # Run All leaves the view at the last cell
@@ -242,6 +244,7 @@ def test_chapter_3_slots_slider_redraws_the_memory_bar(browser, lab):
     cell = widget_cell(page, "slot_memory_widget(")
     assert cell.locator(".jp-OutputArea-output img").count() == 1, "the untrusted widget cell shows no picture"
     shot(cell, "03-widget-cell-untrusted")
+    assert not is_dirty(page), "the chapter turned modified while it sat open"
 
     assert run_all(page) == [], "error outputs after Run All"
     cell.scroll_into_view_if_needed()  # Run All leaves the view at the last cell
