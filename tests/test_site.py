@@ -34,6 +34,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 CHAPTERS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+LAB_ONLY = "jupyterlab-only"  # cell tag: ipywidgets need a kernel, so mkdocs.yml leaves these cells off the site
 
 
 def load_hook(name: str):
@@ -85,6 +86,7 @@ def test_offline_hook_swaps_cdn_loaders_for_vendored_scripts():
     page = ('<!-- Load mathjax --><script src="https://cdn.example/mathjax.js"> </script>'
             '<!-- End of mathjax configuration -->\n<script>\n(function() {\n  function addWidgetsRenderer() {\n'
             "    var s = 'https://unpkg.com/@jupyter-widgets/html-manager@*/dist/embed-amd.js';\n  }\n}());\n</script>"
+            '<script type="application/vnd.jupyter.widget-view+json">{}</script>'
             '<script type="application/vnd.jupyter.widget-state+json">{}</script></body>')
     html = offline.make_offline(page, "notebooks/05_varlen_batching/")
     assert offline.external_loads(html) == [] and "unpkg" not in html and "mathjax.js" not in html
@@ -344,7 +346,8 @@ def test_book_pages_render(visit, path):
 
 def stored_outputs(notebook: Path) -> tuple[list[str], int, int, bool]:
     """What the page must show: printed lines, PNG figures, widget views, and whether prose has $math$."""
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    cells = [cell for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+             if LAB_ONLY not in cell["metadata"].get("tags", [])]  # the site leaves these cells out
     outputs = [out for cell in cells if cell["cell_type"] == "code" for out in cell.get("outputs", [])]
     printed = [line for out in outputs if out["output_type"] == "stream"
                for line in "".join(out["text"]).splitlines() if line.strip()]
@@ -406,7 +409,7 @@ def test_chapter_page_shows_its_stored_outputs(site, visit, notebook):
         assert wasted_percent(lens) in page.locator(".minillm-padding-waste .mpw-wasted").all_inner_texts()
     if notebook.stem.startswith("05_"):
         assert widgets or page.locator(".minillm-padding-waste[data-live]").count(), "chapter 5 has no widget"
-    live = page.locator(".minillm-padding-waste[data-live], .widget-subarea:has(> *)")
+    live = page.locator(".minillm-padding-waste[data-live], .minillm-slot-memory[data-live], .widget-subarea:has(> *)")
     for i in range(live.count()):  # a close-up of each widget next to the full page
         live.nth(i).screenshot(path=str(SCREENSHOTS / f"{notebook.stem}-widget-{i + 1}.png"))
 
@@ -418,7 +421,7 @@ FIXTURE = """<!doctype html><html><head><meta charset="utf-8"><link rel="stylesh
 </head><body>
 <div class="minillm-padding-waste" id="preset" data-query-lens="2000,512,1,1,1,1,1,1">fallback</div>
 <div class="minillm-padding-waste" id="bad" data-query-lens="2000,zero">static fallback kept</div>
-<script src="../assets/padding-waste.js"></script></body></html>"""
+<script src="../assets/controls.js"></script><script src="../assets/padding-waste.js"></script></body></html>"""
 
 
 def test_padding_waste_widget_updates_as_the_reader_edits(site, visit):
@@ -524,3 +527,134 @@ def test_every_page_reads_well_at_1280_and_390_px(site, browser, server):
     finally:
         tab.close()
     assert problems == {}, "\n".join(f"{name}: {'; '.join(issues)}" for name, issues in problems.items())
+
+
+# ------------------------------------------------------------------ live controls: none dead, same numbers as the notebook
+
+
+def test_offline_hook_drops_widget_state_that_no_view_uses():
+    offline = load_hook("offline")
+    page = ('<p>text</p><script type="application/vnd.jupyter.widget-state+json">\n{"state": {}}\n</script>\n'
+            "<script>\n(function() {\n  function addWidgetsRenderer() {\n  }\n}());\n</script></body>")
+    html = offline.make_offline(page, "notebooks/03_kv_slots/")
+    assert "widget-state" not in html and "require.js" not in html and "embed-amd" not in html
+    assert html.startswith("<p>text</p>")
+
+
+# A control a reader can change: inside the chapter's content, not the theme's copy buttons or tabs.
+CONTROL = ":is(input, select, textarea, button):not(.md-clipboard):not(.md-code__button):not(.tabbed-set > input)"
+LIVE_ROOT = "[data-live]"
+
+
+def control_state(root) -> str:
+    """What a change must alter: the control's pictures, lines and readouts."""
+    return root.evaluate("r => [...r.querySelectorAll('svg, p, output')].map(n => n.outerHTML).join('')")
+
+
+def change(page, root, control) -> str:
+    """Change one control as a reader would; return what was done."""
+    tag, kind = control.evaluate("e => [e.tagName.toLowerCase(), e.type]")
+    if tag == "select":
+        values = control.locator("option").evaluate_all("os => os.map(o => o.value)")
+        other = next(v for v in values if v != control.input_value())
+        control.select_option(other)
+        return f"select {other!r}"
+    if kind == "range":
+        at_max = control.evaluate("e => Number(e.value) >= Number(e.max)")
+        control.focus()
+        control.press("ArrowLeft" if at_max else "ArrowRight")
+        return "slide"
+    if kind == "number":
+        value = int(control.input_value())
+        control.fill(str(value - 1 if value > 1 else value + 1))
+        return f"type {value} -> {control.input_value()}"
+    label = control.get_attribute("aria-label") or control.inner_text()
+    control.click()
+    return f"click {label!r}"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=[nb.stem for nb in CHAPTERS])
+def test_no_widget_control_on_a_chapter_page_is_dead(visit, notebook):
+    page = visit(f"notebooks/{notebook.stem}/")
+    content = page.locator("article .jupyter-wrapper")
+    assert content.locator(".jupyter-widgets, .widget-subarea").count() == 0, \
+        "an ipywidget is drawn on the static page, where no kernel can drive it: tag its cell jupyterlab-only"
+    dead = content.locator(f"{CONTROL}:not({LIVE_ROOT} *)")
+    assert dead.count() == 0, f"controls outside any live control: {dead.evaluate_all('cs => cs.map(c => c.outerHTML)')}"
+    roots = content.locator(LIVE_ROOT)
+    for r in range(roots.count()):
+        root = roots.nth(r)
+        root.scroll_into_view_if_needed()
+        for i in range(root.locator(CONTROL).count()):
+            controls = root.locator(CONTROL)  # found again each time: a change may redraw them
+            if i >= controls.count() or not controls.nth(i).is_visible() or controls.nth(i).is_disabled():
+                continue
+            if controls.nth(i).evaluate("e => e.tagName") == "BUTTON":
+                number = root.locator("input[type=number]").first  # leave every preset first, so a click must show
+                if number.count():
+                    number.fill("7777")
+            before = control_state(root)
+            done = change(page, root, controls.nth(i))
+            assert control_state(root) != before, f"{notebook.stem}: control {i} of live control {r} is dead ({done})"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=[nb.stem for nb in CHAPTERS])
+def test_no_figure_appears_twice_on_a_chapter_page(visit, notebook):
+    page = visit(f"notebooks/{notebook.stem}/")
+    sources = page.locator("article img").evaluate_all("imgs => imgs.map(i => i.getAttribute('src'))")
+    repeated = {src[:80] for src in sources if sources.count(src) > 1}
+    assert repeated == set(), f"the same figure is shown more than once: {repeated}"
+
+
+CONTROLS_FIXTURE = """<!doctype html><html><head><meta charset="utf-8"></head><body>
+<div class="minillm-slot-memory" id="bad" data-slots="0">static fallback kept</div>
+<script src="../assets/controls.js"></script><script src="../assets/padding-waste.js"></script>
+<script src="../assets/slot-memory.js"></script></body></html>"""
+
+
+def test_live_controls_print_what_the_notebook_prints(site, visit):
+    """The site's scripts and minillm.widgets agree on presets, models and every printed line, digit for digit."""
+    from minillm.widgets import CONTEXTS, MAX_REQUESTS, MAX_SLOTS, MAX_TOKENS, MODELS, PRESETS, padding_waste, slot_memory
+
+    (site / "fixture").mkdir(exist_ok=True)
+    (site / "fixture" / "controls.html").write_text(CONTROLS_FIXTURE)
+    page = visit("fixture/controls.html")
+    js = page.evaluate("() => [minillmPaddingWaste.PRESETS, minillmPaddingWaste.MAX_REQUESTS, minillmPaddingWaste.MAX_TOKENS,"
+                       " minillmSlotMemory.MODELS, minillmSlotMemory.CONTEXTS, minillmSlotMemory.MAX_SLOTS]")
+    assert {p["name"]: p["lens"] for p in js[0]} == PRESETS and js[1:3] == [MAX_REQUESTS, MAX_TOKENS]
+    assert {m["name"]: (m["layers"], m["kvHeads"], m["headDim"]) for m in js[3]} == MODELS
+    assert js[4:] == [list(CONTEXTS), MAX_SLOTS]
+    lens_cases = [*PRESETS.values(), [25] * 7 + [24], [2] + [1] * 7, [32768] + [1] * 15, [7], [3, 5, 11, 13]]
+    got = page.evaluate("cases => cases.map(l => { const s = minillmPaddingWaste.summary(l);"
+                        " return s.before + s.percent + s.after; })", lens_cases)
+    assert got == [padding_waste(lens).summary() for lens in lens_cases]
+    cases = [(name, slots, ctx) for name in MODELS for slots in (1, 3, 12, 16) for ctx in CONTEXTS]
+    got = page.evaluate("cases => cases.map(([name, slots, ctx]) => minillmSlotMemory.summary("
+                        "minillmSlotMemory.slotMemory(minillmSlotMemory.MODELS.find(m => m.name === name), slots, ctx)))",
+                        [list(c) for c in cases])
+    assert got == [slot_memory(*c).summary() for c in cases]
+    assert page.locator("#bad").inner_text() == "static fallback kept"
+
+
+def test_chapter_3_memory_control_follows_its_controls(visit):
+    from minillm.widgets import slot_memory
+
+    page = visit("notebooks/03_kv_slots/")
+    root = page.locator(".minillm-slot-memory[data-live]")
+    assert root.count() == 1, "chapter 3's memory control did not come alive"
+    root.scroll_into_view_if_needed()
+    title, line = root.locator(".msm-title"), root.locator(".msm-summary")
+    assert title.text_content() == slot_memory("27B-class, TP2", 4, 65_536).title()
+    assert root.locator(".msm-bar").get_attribute("class") == "msm-bar msm-over"
+    root.locator("input.msm-slots").focus()
+    for _ in range(2):
+        page.keyboard.press("ArrowLeft")  # 4 -> 2 slots: 16 GiB, under the budget
+    assert line.text_content() == slot_memory("27B-class, TP2", 2, 65_536).summary()
+    assert root.locator(".msm-bar").get_attribute("class") == "msm-bar msm-fits"
+    root.locator("select.msm-model").select_option("Qwen3-8B")
+    root.locator("input.msm-context").focus()
+    page.keyboard.press("ArrowRight")  # 65,536 -> 131,072 tokens
+    assert title.text_content() == slot_memory("Qwen3-8B", 2, 131_072).title()
+    assert line.text_content() == slot_memory("Qwen3-8B", 2, 131_072).summary()
+    assert root.locator(".msm-readout").all_text_contents() == ["2", "131,072"]
+    root.screenshot(path=str(SCREENSHOTS / "03_kv_slots-memory-control.png"))
