@@ -5,8 +5,8 @@ Hugging Face checkpoints carry two files. config.json describes the network, and
 its `eos_token_id` (an int or a list: Qwen3 lists both `<|im_end|>` and `<|endoftext|>`) and its
 recommended sampling (`temperature`, `top_k`, `top_p`, `max_new_tokens`). We follow both tools:
 
-- EOS ids: generation_config.json's `eos_token_id` when it has one, else config.json's, as transformers
-  does; generation stops at any of them.
+- EOS ids: as transformers' generate takes them. When generation_config.json exists, its
+  `eos_token_id` (none if it names none); without the file, config.json's. Generation stops at any of them.
 - default sampling: the fields vLLM takes with `--generation-config auto` (its default), used when a
   request brings no SamplingParams of its own (`LLMEngine.get_default_sampling_params()`).
 """
@@ -60,8 +60,8 @@ def read_generation_config(path: Path | str, config: dict | None = None) -> Gene
     g = read_json(file, "a Hugging Face generation_config.json")
     if not isinstance(g, dict):
         raise ValueError(f"{file} holds {describe(g)}: expected a JSON object (a Hugging Face generation_config.json)")
-    if g.get("eos_token_id") is not None:  # transformers: generation_config.json wins over config.json
-        eos, source = eos_token_ids(g["eos_token_id"], f"eos_token_id in {file}"), str(file)
+    # transformers reads the file as the whole generation config: config.json's eos no longer counts
+    eos, source = eos_token_ids(g.get("eos_token_id"), f"eos_token_id in {file}"), str(file)
     for key, (name, check) in SAMPLING_FIELDS.items():
         if g.get(key) is not None:
             defaults[name] = check(f"{key} in {file}", g[key])
