@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from minillm.checking import as_int, check_int
-from minillm.paged import BlockPool
+from minillm.paged import BlockPool, num_blocks_for
 from minillm.sampling import SamplingParams
 
 
@@ -91,9 +91,6 @@ class Scheduler:
         self.num_steps = 0
         self.num_applied = 0  # the last step whose plan `update` recorded: a plan counts once
 
-    def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
     def check(self, seq: Sequence) -> None:
         """Raise ValueError if `seq` can never be served; changes nothing."""
         n_prompt, max_tokens = len(seq.prompt_ids), seq.params.max_tokens
@@ -105,7 +102,7 @@ class Scheduler:
             raise ValueError(f"request {seq.request_id!r} needs {n_prompt} prompt + {max_tokens} new tokens = "
                              f"{n_prompt + max_tokens}, beyond the model's context of {self.max_model_len}")
         # The last sampled token is never fed back, so at most prompt + max_tokens - 1 tokens need K/V.
-        need = self.blocks_for(n_prompt + max_tokens - 1)
+        need = num_blocks_for(n_prompt + max_tokens - 1, self.block_size)
         if need > self.pool.num_blocks:
             raise ValueError(f"request {seq.request_id!r} needs {need} KV blocks at its longest, but the pool "
                              f"has only {self.pool.num_blocks}: expected a shorter prompt or fewer max_tokens")
@@ -215,7 +212,7 @@ class Scheduler:
 
     def _reserve(self, seq: Sequence, num_tokens: int) -> bool:
         """Grow seq's block table to hold num_tokens tokens; False (and no change) if the pool is short."""
-        need = self.blocks_for(num_tokens) - len(seq.block_table)
+        need = num_blocks_for(num_tokens, self.block_size) - len(seq.block_table)
         if need > self.pool.num_free:
             return False
         if need > 0:

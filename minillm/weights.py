@@ -1,4 +1,4 @@
-"""weights.py — a checkpoint's files on disk: which safetensors files it has, and whether each is whole.
+"""weights.py — a checkpoint's files on disk: config.json, which safetensors files it has, whether each is whole.
 
 A download cut short, an empty file, a Git LFS pointer checked out without `git lfs pull`: each would
 otherwise fail deep inside the safetensors reader ("incomplete metadata") or, worse, load. These
@@ -92,3 +92,42 @@ def check_safetensors_file(file: Path) -> dict:
         raise ValueError(f"{file} is truncated or padded: its tensors need {max(ends, default=0):,} bytes of data "
                          f"but the file holds {data:,}; {again}")
     return header
+
+
+def read_config(path: Path) -> dict:
+    """config.json of a checkpoint folder, as a dict; errors name the folder or file and what was expected."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"model folder {path} does not exist; point MINILLM_MODEL at a Qwen3 checkpoint folder "
+            "or unset it to use the built-in tiny model"
+        )
+    file = path / "config.json"
+    if not file.exists():
+        raise FileNotFoundError(f"{path} has no config.json; expected a Hugging Face checkpoint folder")
+    c = read_json(file, "a Hugging Face config.json")
+    if not isinstance(c, dict):
+        raise ValueError(f"{file} holds {describe(c)}: expected a JSON object (a Hugging Face config.json)")
+    archs = c.get("architectures") or [c.get("model_type", "unknown")]
+    if not isinstance(archs, list):
+        archs = [archs]
+    if "Qwen3ForCausalLM" not in archs and c.get("model_type") != "qwen3":
+        raise ValueError(f"{path} holds a {archs[0]} checkpoint; mini_llm implements Qwen3ForCausalLM only")
+    return c
+
+
+def load_safetensors(path: Path) -> dict:
+    """All tensors of a checkpoint folder, keyed by module name (the `model.` prefix dropped)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    state = {}
+    for f in weight_files(path):
+        check_safetensors_file(f)
+        try:
+            tensors = load_file(str(f))
+        except SafetensorError as e:
+            raise ValueError(f"{f} cannot be read as safetensors ({e}); copy or download it again") from None
+        for name, t in tensors.items():
+            state[name.removeprefix("model.")] = t
+    return state
