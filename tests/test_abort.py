@@ -159,3 +159,19 @@ def test_blocks_freed_by_an_abort_serve_later_requests_correctly(model):
     prompt = [9, 8, 7, 6, 5, 4, 3, 2, 1]
     out = engine.generate([prompt], SamplingParams(max_tokens=10))[0].token_ids
     assert out == generate(model, prompt, 10)
+
+
+def test_generate_says_which_of_its_requests_were_aborted_from_elsewhere(model, monkeypatch):
+    engine = LLMEngine(model, block_size=4)
+    real_step, calls = engine.step, []
+
+    def step_and_abort_one():
+        calls.append(1)
+        if len(calls) == 2:
+            engine.abort_request("req-1")  # as another thread or a server's disconnect handler would
+        return real_step()
+
+    monkeypatch.setattr(engine, "step", step_and_abort_one)
+    with pytest.raises(RuntimeError, match=r"requests \['req-1'\] were aborted before they finished"):
+        engine.generate([p for p, _ in WORK.values()], SamplingParams(max_tokens=6))
+    assert not engine.has_unfinished() and engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
