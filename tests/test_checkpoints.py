@@ -217,6 +217,7 @@ def test_default_model_regenerates_a_truncated_cache(tmp_path, monkeypatch):
 def test_a_broken_entry_that_cannot_be_replaced_names_the_folder_and_the_fix(tmp_path, monkeypatch):
     folder = ensure_checkpoint(tmp_path / "m", SMALL, seed=5, with_tokenizer=False)
     (folder / "model.safetensors").write_bytes(b"")
+    before = {f.name: f.read_bytes() for f in folder.iterdir()}
     real_rename = os.rename
 
     def rename(src, dst):
@@ -229,6 +230,7 @@ def test_a_broken_entry_that_cannot_be_replaced_names_the_folder_and_the_fix(tmp
                                       rf"replaced \(Permission denied\); delete it with: rm -rf '{folder}'"):
         ensure_checkpoint(folder, SMALL, seed=5, with_tokenizer=False)
     assert sorted(f.name for f in tmp_path.iterdir()) == ["m"], "the temporary copy was removed"
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before, "and the folder left as it was"
 
 
 def test_an_interrupted_write_leaves_no_folder(tmp_path, monkeypatch):

@@ -177,11 +177,32 @@ BAD_PROMPTS = [
 ]
 
 
+def kv_bytes(engine):
+    return [t.clone() for t in [*engine.kv.k, *engine.kv.v]]
+
+
 @pytest.mark.parametrize("prompt, message", BAD_PROMPTS)
 def test_bad_prompt_to_add_request_changes_nothing(model, control, prompt, message):
     engine = LLMEngine(model)
+    engine.add_request([7, 7, 7], PARAMS, request_id="busy")
+    engine.step()  # a request mid-flight: its cache bytes must survive the bad call
+    kv, free = kv_bytes(engine), engine.scheduler.pool.num_free
     with pytest.raises(ValueError, match=message):
         engine.add_request(prompt, PARAMS)
+    assert all(torch.equal(a, b) for a, b in zip(kv, kv_bytes(engine))) and engine.scheduler.pool.num_free == free
+    outs = []
+    while engine.has_unfinished():
+        outs += [ev.output for ev in engine.step() if ev.output is not None]
+    assert [o.token_ids for o in outs] == [generate(model, [7, 7, 7], 6)], "the busy request did not notice"
+    assert_untouched_and_working(engine, control)
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1e-45), dict(stop_token_ids=5), dict(max_tokens=0),
+                                    dict(top_p=2.0)])
+def test_bad_sampling_params_fail_before_reaching_the_engine(model, control, kwargs):
+    engine = LLMEngine(model)
+    with pytest.raises(ValueError):
+        engine.add_request(PROMPT, SamplingParams(**kwargs))
     assert_untouched_and_working(engine, control)
 
 
