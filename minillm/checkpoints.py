@@ -148,8 +148,11 @@ def _remove_leftovers(folder: Path, age_s: float = 3600.0) -> None:
     """Delete temporary or broken copies of `folder` older than an hour (a run killed while generating)."""
     now = time.time()
     for old in [*folder.parent.glob(f"{folder.name}.tmp-*"), *folder.parent.glob(f"{folder.name}.broken-*")]:
-        if now - old.stat().st_mtime > age_s:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            if now - old.stat().st_mtime > age_s:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        except OSError:
+            pass  # another process removed it first, or it is not ours to remove
 
 
 def checkpoint_problem(folder: Path | str, recipe: dict | None = None, full: bool = False) -> str | None:

@@ -51,11 +51,10 @@ class LLMEngine:
         max_model_len = None if max_model_len is None else check_int("max_model_len", max_model_len, min=1)
         kv_cache_bytes = check_int("kv_cache_bytes", kv_cache_bytes, min=1)
         seed = check_int("seed", seed, min=0)
-        if eos_token_id is not None:
-            n = as_int(eos_token_id)
-            eos_token_id = [n] if n is not None else check_int_list("eos_token_id", eos_token_id, min=0)
-            if n is not None and n < 0:
-                raise ValueError(f"eos_token_id is {n}: expected a token id >= 0, a list of them, or None")
+        if eos_token_id is not None:  # one id, or a list of them
+            one = as_int(eos_token_id) is not None
+            eos_token_id = [check_int("eos_token_id", eos_token_id, min=0)] if one else \
+                check_int_list("eos_token_id", eos_token_id, min=0)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"dtype is {dtype!r}: expected a torch.dtype such as torch.float32")
         if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):

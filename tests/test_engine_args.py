@@ -52,7 +52,7 @@ def assert_untouched_and_working(engine, control):
     (dict(max_model_len=5000), r"max_model_len is 5000: expected an int <= 4096"),  # beyond max_position_embeddings
     (dict(kv_cache_bytes=0), "kv_cache_bytes is 0: expected an int >= 1"),
     (dict(seed=-1), "seed is -1: expected an int >= 0"),
-    (dict(eos_token_id=-3), "eos_token_id is -3: expected a token id >= 0"),
+    (dict(eos_token_id=-3), "eos_token_id is -3: expected an int >= 0"),
     (dict(eos_token_id="2"), "eos_token_id is '2': expected a list of ints"),
     (dict(eos_token_id=[1, -1]), r"eos_token_id\[1\] is -1: expected an int >= 0"),
     (dict(dtype="float32"), "dtype is 'float32': expected a torch.dtype"),
