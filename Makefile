@@ -12,7 +12,7 @@ APT_GET          ?= apt-get
 SUDO             ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export MINILLM_CHROMIUM
 
-.PHONY: demo test test-py test-notebooks test-practice test-book chromium lab book book-build clean
+.PHONY: demo test test-py test-notebooks test-practice test-book chromium notebooks lab book book-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -51,6 +51,13 @@ with sync_playwright() as p:
     sys.exit(0 if os.path.exists(p.chromium.executable_path) else 1)
 endef
 export PLAYWRIGHT_HAS_CHROMIUM
+
+# Re-execute every chapter in place from a fresh kernel (how the committed notebooks are made).
+notebooks: $(STAMP)
+	for nb in notebooks/[0-9]*.ipynb; do \
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 \
+	    --ExecutePreprocessor.record_timing=False "$$nb" || exit 1; \
+	done
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks
