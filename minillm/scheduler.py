@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from minillm.checking import as_int, check_int
 from minillm.paged import BlockPool, num_blocks_for
 from minillm.sampling import SamplingParams
 
@@ -32,7 +33,7 @@ class Sequence:
     status: str = "waiting"  # "waiting" | "running" | "finished"
     num_computed: int = 0  # tokens whose K/V are in the cache
     block_table: list[int] = field(default_factory=list)
-    finish_reason: str | None = None  # "length" | "stop"
+    finish_reason: str | None = None  # "length" | "stop" | "abort"
     num_preemptions: int = 0
 
     @property
@@ -76,16 +77,19 @@ class StepPlan:
 class Scheduler:
     def __init__(self, pool: BlockPool, block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
                  max_model_len: int):
-        for name, value in [("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens),
-                            ("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len)]:
-            if value < 1:
-                raise ValueError(f"{name} is {value}: expected at least 1")
+        if not isinstance(pool, BlockPool):
+            raise ValueError(f"pool is {pool!r}: expected a BlockPool")
+        block_size = check_int("block_size", block_size, min=1)
+        max_num_batched_tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, min=1)
+        max_num_seqs = check_int("max_num_seqs", max_num_seqs, min=1)
+        max_model_len = check_int("max_model_len", max_model_len, min=1)
         self.pool, self.block_size = pool, block_size
         self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len = max_num_batched_tokens, max_num_seqs, max_model_len
         self.waiting: deque[Sequence] = deque()  # oldest first
         self.running: list[Sequence] = []  # oldest first; the newest is preempted first
         self.seen_ids: set[str] = set()  # every id ever submitted, so a repeat is caught even after it finished
         self.num_steps = 0
+        self.num_applied = 0  # the last step whose plan `update` recorded: a plan counts once
 
     def check(self, seq: Sequence) -> None:
         """Raise ValueError if `seq` can never be served; changes nothing."""
@@ -144,18 +148,31 @@ class Scheduler:
         return StepPlan(self.num_steps, chunks, preempted)
 
     def update(self, plan: StepPlan, sampled: dict[str, int]) -> list[Sequence]:
-        """Record a finished step: advance each chunk, append sampled tokens, retire finished requests."""
+        """Record a finished step: advance each chunk, append sampled tokens, retire finished requests.
+
+        Only the latest plan, once: applying a plan twice would append its tokens twice and move
+        num_computed past the end. Everything is checked before anything changes.
+        """
+        if plan.step != self.num_steps or plan.step <= self.num_applied:
+            state = "was already applied" if plan.step <= self.num_applied else f"is stale (the latest is step {self.num_steps})"
+            raise ValueError(f"the plan of step {plan.step} {state}: expected the latest plan from schedule(), once")
         by_id = {s.request_id: s for s in self.running}
-        missing = [c.request_id for c in plan.chunks if c.need_logits and c.request_id not in sampled]
-        if missing:
-            raise ValueError(f"no sampled token for request {missing[0]!r}, whose chunk needs one")
+        chunks = [c for c in plan.chunks if c.request_id in by_id]  # an aborted request's chunk is dropped
+        for c in chunks:
+            if c.num_computed != by_id[c.request_id].num_computed:
+                raise ValueError(f"request {c.request_id!r} has {by_id[c.request_id].num_computed} computed tokens but "
+                                 f"its chunk starts at {c.num_computed}: expected the plan schedule() just made")
+            if c.need_logits and as_int(sampled.get(c.request_id)) is None:
+                raise ValueError(f"no sampled token for request {c.request_id!r}, whose chunk needs one "
+                                 f"(got {sampled.get(c.request_id)!r}: expected an int)")
+        self.num_applied = plan.step
         finished = []
-        for chunk in plan.chunks:
+        for chunk in chunks:
             seq = by_id[chunk.request_id]
             seq.num_computed += chunk.num_new
             if not chunk.need_logits:
                 continue  # a prompt chunk short of the end: nothing to sample yet
-            token = sampled[chunk.request_id]
+            token = as_int(sampled[chunk.request_id])
             seq.output_ids.append(token)
             if token in seq.stop_token_ids:
                 seq.finish_reason = "stop"
@@ -163,12 +180,25 @@ class Scheduler:
                 seq.finish_reason = "length"
             else:
                 continue
-            seq.status = "finished"
-            self.pool.free(seq.block_table)
-            seq.block_table = []
-            self.running.remove(seq)
+            self._retire(seq)
             finished.append(seq)
         return finished
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Finish a waiting or running request now (reason "abort"), freeing its blocks; None if it is not here."""
+        for queue in (self.waiting, self.running):
+            for seq in queue:
+                if seq.request_id == request_id:
+                    seq.finish_reason = "abort"
+                    self._retire(seq)
+                    return seq
+        return None
+
+    def _retire(self, seq: Sequence) -> None:
+        self.pool.free(seq.block_table)
+        seq.block_table = []
+        (self.running if seq.status == "running" else self.waiting).remove(seq)
+        seq.status = "finished"
 
     def _chunk(self, seq: Sequence, n: int) -> ScheduledChunk:
         end = seq.num_computed + n
