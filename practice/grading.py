@@ -1,56 +1,21 @@
-"""grading.py — what every exercise's tests share.
+"""grading.py — what every exercise's tests share: comparisons with messages a reader can act on.
 
-Two jobs: load the reader's file by path (the judge names it in $PRACTICE_FILE), and compare results
-with messages a reader can act on: what was expected, what came back, and where the two first differ.
-Standard library only; torch is imported when a tensor is compared.
+What was expected, what came back, and where the two first differ. The values compared came back
+from the reader's process (practice/remote.py); everything here runs in the grader, where the
+reader's code never does. Standard library only; torch is imported when a tensor is compared.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import re
 import sys
-from pathlib import Path
-from types import ModuleType
-
-FILE_ENV = "PRACTICE_FILE"  # the file under test, set by `judge.py test`
-TARGET_ENV = "PRACTICE_TARGET"  # without PRACTICE_FILE: "solution" (default) or "starter" of each problem folder
-
-learner_files: set[str] = set()  # resolved paths of every file loaded as the reader's code
-_loaded: dict[str, ModuleType] = {}
 
 
-def learner_path(problem_dir: Path | str) -> Path:
-    """The file to grade for the problem in `problem_dir`."""
-    chosen = os.environ.get(FILE_ENV)
-    if chosen:
-        return Path(chosen).resolve()
-    target = os.environ.get(TARGET_ENV, "solution")
-    return (Path(problem_dir) / f"{target}.py").resolve()
+def share(obj, *, methods=(), call: bool = False):
+    """Let the reader's code call `obj` (call=True) and the named methods of it (see remote.py); returns obj."""
+    from remote import share as _share
 
-
-def load(path: Path | str) -> ModuleType:
-    """Import a Python file by its path, once; a failed import is not cached, so it fails the same way again."""
-    path = Path(path).resolve()
-    key = str(path)
-    if key in _loaded:
-        return _loaded[key]
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    name = "learner_" + re.sub(r"\W", "_", f"{path.parent.name}_{path.stem}")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    learner_files.add(key)
-    sys.modules[name] = module  # dataclasses look their module up while the file runs
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    _loaded[key] = module
-    return module
+    return _share(obj, methods=methods, call=call)
 
 
 # ---------------------------------------------------------------- comparisons with readable failures

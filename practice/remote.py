@@ -1,0 +1,321 @@
+"""remote.py — the grader's side of the reader's process: start it, call into it, stop it.
+
+`Zygote` is the forking server of sandbox.py; `RemoteLearner` is one process running one file, and
+`learner.module` the proxy the tests call (`learner.rms_norm(x, w)` is one request). The reader's
+code may call back into objects the grader passes (the model, a module): only into what `share`
+allows (calling a module, reading its layers and config, the methods named), never changing them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import linecache
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import wire
+from protocol import MAX_STDOUT, STACK_WAIT
+
+
+class TimeLimitExceeded(BaseException):
+    """The reader's code outlived the test's time limit; a BaseException so `except Exception` cannot swallow it."""
+
+    def __init__(self, message: str, frames: list[dict]):
+        super().__init__(message)
+        self.learner = {"frames": frames}
+
+
+class LearnerDied(Exception):
+    """The reader's process ended in the middle of a call."""
+
+
+class LoadFailed(Exception):
+    """The reader's file could not be imported; `info` says how (kind, message, line)."""
+
+    def __init__(self, info: dict):
+        super().__init__(info.get("message", "the file could not be imported"))
+        self.info = info
+
+
+class ChangedInput(AssertionError):
+    """A call changed one of its arguments in place."""
+
+
+class InvalidAnswer(AssertionError):
+    """The reader's process sent something that is not a value."""
+
+
+# ---------------------------------------------------------------- what the reader's code may touch
+
+_shared: dict[int, tuple[object, frozenset, bool]] = {}
+
+
+def share(obj, *, methods=(), call: bool = False):
+    """Let the reader's code call `obj` (call=True) and the named methods of it; returns obj."""
+    _shared[id(obj)] = (obj, frozenset(methods), call)
+    return obj
+
+
+def _is_module(obj) -> bool:
+    nn = sys.modules.get("torch.nn")
+    return nn is not None and isinstance(obj, nn.Module)
+
+
+def _refuse(obj, name: str | None, what: str):
+    kind = type(obj).__name__
+    raise AttributeError(f"the judge's {kind} lets your code {what}; `{name}` is not shared with your code"
+                         if name else f"the judge's {kind} cannot be used that way by your code ({what})")
+
+
+# ---------------------------------------------------------------- deadlines: one per test
+
+_deadline: list[float | None] = [None]
+
+
+def set_deadline(seconds: float | None) -> None:
+    _deadline[0] = None if seconds is None else time.monotonic() + seconds
+
+
+class GraderEndpoint(wire.Endpoint):
+    def __init__(self, sock, learner: "RemoteLearner"):
+        super().__init__(sock, "G")
+        self.learner = learner
+
+    @property
+    def deadline(self):
+        return _deadline[0]
+
+    @deadline.setter
+    def deadline(self, value):
+        pass  # one deadline for every learner: the current test's
+
+    def request(self, op, target=None, name=None, args=(), kwargs=None, **extra):
+        if op in ("call", "callmethod"):
+            extra["mutable"] = sorted(self.learner.mutable)
+        try:
+            return super().request(op, target, name, args, kwargs, **extra)
+        except wire.Deadline:
+            raise self.learner.timed_out() from None
+        except (wire.PeerGone, OSError):
+            raise self.learner.died() from None
+        except wire.ProtocolError as e:
+            self.learner.stop()
+            raise InvalidAnswer(f"your code's process sent something that is not a value ({e})") from None
+
+    def take_reply(self, request, reply, bufs, args, kwargs):
+        self.learner.printed = (self.learner.printed + str(reply.get("out", "")))[-MAX_STDOUT:]
+        self._copy_back(reply.get("back"), bufs, args, kwargs)
+        if "err" in reply:
+            info = reply["err"] if isinstance(reply["err"], dict) else {}
+            error = wire.rebuild_exception(info)
+            frames = [f for f in info.get("frames") or [] if isinstance(f, dict)]
+            error.learner = {"frames": frames, "call": _call_text(request, self, args, kwargs),
+                             "missing": info.get("missing")}
+            raise error
+        value = self.dec(reply.get("ok"), bufs)
+        changed = [str(n) for n in reply.get("mutated") or []]
+        if changed:
+            raise ChangedInput(f"{_call_text(request, self, args, kwargs)} changed its argument `{changed[0]}` in place: leave the inputs as they "
+                               "were (work on a copy, or build a new value)")
+        return value
+
+    def _copy_back(self, back, bufs, args, kwargs) -> None:
+        """Arguments the call may change (a list the scheduler edits, a generator's state) get their new contents."""
+        if not isinstance(back, dict):
+            return
+        for key, tree in back.items():
+            original = args[int(key)] if key.isdigit() and int(key) < len(args) else kwargs.get(key)
+            new = self.dec(tree, bufs)
+            torch = sys.modules.get("torch")
+            if isinstance(original, list) and isinstance(new, list):
+                original[:] = new
+            elif isinstance(original, dict) and isinstance(new, dict):
+                original.clear()
+                original.update(new)
+            elif torch is not None and isinstance(original, torch.Generator) and isinstance(new, torch.Generator):
+                original.set_state(new.get_state())
+
+    # ---------------------------------------------------------- the reader's calls into the grader
+    def allow(self, op, obj, name=None, value=None):
+        entry = _shared.get(id(obj))
+        methods, callable_ = (entry[1], entry[2]) if entry and entry[0] is obj else (frozenset(), False)
+        if isinstance(name, str) and name.startswith("_"):
+            _refuse(obj, name, "read its public attributes")
+        if op == "setattr":
+            _refuse(obj, None, "read it, not change it")
+        if op == "call" and not (_is_module(obj) or callable_):
+            _refuse(obj, None, "read its attributes, not call it")
+        if op in ("method", "callmethod") and not (name in methods or _is_module(obj) and name == "forward"):
+            _refuse(obj, name, "call " + (", ".join(sorted(methods)) if methods else "it") + " and read its data")
+        if op == "value" and callable(value) and not _is_module(value) and not isinstance(value, type):
+            _refuse(obj, name, "read its data")
+
+    def invoke(self, fn, args, kwargs, header):
+        torch = sys.modules.get("torch")
+        if getattr(fn, "__name__", None) == "forward" and _is_module(getattr(fn, "__self__", None)):
+            fn = fn.__self__  # module(...), so the hooks a test counts with see the call
+        if torch is None:
+            return fn(*args, **kwargs)
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+
+    def proxy_class(self):
+        return wire.Proxy
+
+
+def _call_text(request: dict, ep: wire.Endpoint, args, kwargs) -> str:
+    """`rms_norm(tensor of shape [2, 5, 64], ...)`: the call as a reader would write it."""
+    target = ep.proxies.get(request.get("ref"))
+    owner = (target._name or target._cls) if target is not None else "your code"
+    op = request.get("op")
+    if op not in ("call", "callmethod"):
+        return f"{owner}.{request.get('name')}" if request.get("name") else owner
+    name = f"{target._cls if target is not None else owner}.{request['name']}" if op == "callmethod" else owner
+    from grading import show
+
+    shown = [show(a, limit=6) for a in args] + [f"{k}={show(v, limit=6)}" for k, v in kwargs.items()]
+    text = ", ".join(shown)
+    return f"{name}({text if len(text) < 160 else text[:157] + '...'})"
+
+
+# ---------------------------------------------------------------- processes
+
+
+class Zygote:
+    """sandbox.py's forking server, forked off the grader after torch was imported: no second import."""
+
+    def __init__(self, preload: list[str], forget: bytearray | None = None):
+        for module in preload:
+            if importlib.util.find_spec(module) is not None:
+                importlib.import_module(module)
+        self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        grader = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                self.ctl.close()
+                if forget is not None:
+                    forget[:] = bytes(len(forget))  # the results key stays in the grader only
+                for key in [k for k in os.environ if k.startswith("PRACTICE_")]:
+                    del os.environ[key]
+                import sandbox
+
+                sandbox.zygote(child.fileno(), grader)
+            finally:
+                os._exit(0)
+        child.close()
+        self.ctl.settimeout(120)
+        hello = json.loads(self.ctl.recv(65536) or b"{}")
+        self.mode, self.why = hello.get("sandbox", "none"), hello.get("why")
+        self.ctl.settimeout(30)
+
+    def spawn(self, path: str, name: str, fds: list[int]) -> int:
+        socket.send_fds(self.ctl, [json.dumps({"path": path, "name": name}).encode()], fds)
+        return int(json.loads(self.ctl.recv(65536))["pid"])
+
+    def close(self) -> None:
+        self.ctl.close()  # the zygote kills what it started and exits
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.01)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+class RemoteLearner:
+    """One process that imported the reader's file; `module` is its proxy."""
+
+    def __init__(self, zygote: Zygote, path: Path, name: str):
+        self.path, self.mutable, self.printed = str(path), (), ""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        err_read, err_write = os.pipe()
+        try:
+            self.pid = zygote.spawn(self.path, name, [theirs.fileno(), err_write])
+        finally:
+            theirs.close()
+            os.close(err_write)
+        self.ep = GraderEndpoint(mine, self)
+        self.stderr = ""
+        self._reader = threading.Thread(target=self._drain, args=(err_read,), daemon=True)
+        self._reader.start()
+        self.alive, self.module = True, None
+
+    def _drain(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as f:
+            for chunk in iter(lambda: f.read1(65536), b""):
+                self.stderr = (self.stderr + chunk.decode(errors="replace"))[-20000:]
+
+    def load(self, seconds: float):
+        """Wait for the import of the reader's file; its module proxy, or LoadFailed saying why."""
+        set_deadline(seconds)
+        try:
+            header, bufs = self.ep.recv()
+        except wire.Deadline:
+            frames = self.where()
+            self.stop()
+            raise LoadFailed({"kind": "timeout", "message": f"importing the file did not finish within {seconds:g} s",
+                              **(frames[-1] if frames else {})}) from None
+        except (wire.PeerGone, OSError):
+            self.stop()
+            raise LoadFailed({"kind": "exception", "message": "the process importing the file ended: did it call "
+                              "os._exit() or crash?" + self._crash_text()}) from None
+        finally:
+            set_deadline(None)
+        self.printed = str(header.get("out", ""))[-MAX_STDOUT:]
+        if "load_error" in header:
+            self.stop()
+            raise LoadFailed(header["load_error"] if isinstance(header["load_error"], dict) else {})
+        self.module = self.ep.dec(header.get("loaded"), bufs)
+        return self.module
+
+    def where(self) -> list[dict]:
+        """Ask the running process where it is (faulthandler prints its stack); frames of the reader's file."""
+        before = len(self.stderr)
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except OSError:
+            return []
+        end = time.monotonic() + STACK_WAIT
+        while time.monotonic() < end and "File " not in self.stderr[before:]:
+            time.sleep(0.02)
+        time.sleep(0.05)
+        frames = []
+        for file, line in re.findall(r'File "(.+?)", line (\d+)', self.stderr[before:]):
+            if os.path.abspath(file) == self.path:
+                frames.append({"file": file, "line": int(line), "code": linecache.getline(file, int(line)).strip()})
+        return frames[:1]  # faulthandler lists the innermost frame first
+
+    def timed_out(self) -> TimeLimitExceeded:
+        frames = self.where()
+        self.stop()
+        return TimeLimitExceeded("the time limit ran out", frames)
+
+    def died(self) -> LearnerDied:
+        self.stop()
+        return LearnerDied("your code's process ended during this test: did it call os._exit() or exit from a "
+                           "thread, or crash?" + self._crash_text())
+
+    def _crash_text(self) -> str:
+        time.sleep(0.05)
+        fatal = [line for line in self.stderr.splitlines() if line.startswith("Fatal Python error")]
+        return f" ({fatal[-1]})" if fatal else ""
+
+    def stop(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        try:
+            os.killpg(self.pid, signal.SIGKILL)  # the process, and its children unless they left the group
+        except OSError:
+            pass
+        self.ep.sock.close()
