@@ -93,6 +93,40 @@ def check_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 0.0,
              f"(error {err[i].item():.2g}, allowed {tol[i].item():.2g})")
 
 
+def check_rounding(got, expected, what: str, max_fraction: float = 0.01) -> None:
+    """A half-precision result as one float32 computation rounded once would give: at most one unit in the
+    last place (ulp) off, in at most `max_fraction` of the entries. Computing in the half-precision dtype
+    itself, or rounding twice, misses in far more entries, so this tells the two apart where a tolerance cannot."""
+    import torch
+
+    check_close(got, expected, what, atol=math.inf, dtype=expected.dtype)
+    as_int = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}[expected.dtype]
+    ulps = (got.detach().cpu().view(as_int).long() - expected.detach().cpu().view(as_int).long()).abs()
+    off, allowed = int((ulps > 0).sum()), int(max_fraction * ulps.numel())
+    if off > allowed or (ulps > 1).any():
+        i = _index(ulps.flatten().argmax(), ulps.shape)
+        fail(f"{what} is not float32 arithmetic rounded once to {expected.dtype}: {off} of {ulps.numel()} entries "
+             f"differ (at most {allowed} may, by one unit in the last place)\n"
+             f"  worst at index {i}: expected {expected[i].item():.6g}, got {got[i].item():.6g} "
+             f"({int(ulps[i])} units apart)")
+
+
+def check_names(error: BaseException, value, what: str) -> None:
+    """The error message names the value at fault (`block 7 is ...`), so the reader can find it."""
+    text = str(value)
+    if text not in str(error):
+        fail(f"the error of {what} should name {text}, so the caller can find it; its message was: {error}")
+
+
+def storage(obj, *path):
+    """Where an attribute of the reader's object lives in its process: (object id, data pointer).
+
+    Equal before and after a few calls means the object was not reallocated (a preallocated buffer)."""
+    from remote import identity
+
+    return identity(obj, list(path))
+
+
 def check_shape(got, shape, what: str) -> None:
     """A tensor of the given shape."""
     if not _is_tensor(got):

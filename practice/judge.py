@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     test.add_argument("file", nargs="?", help="the file to test (default: practice/workspace/<slug>.py)")
     check = sub.add_parser("check", help="every solution passes; every starter and wrong answer fails")
     check.add_argument("ids", nargs="*", help="slugs or numbers (default: all)")
+    check.add_argument("-v", "--verbose", action="store_true", help="say which test catches each wrong answer")
     for p in (test, check):
         p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per test (default %(default)g)")
     sub.add_parser("doctor", help="what this machine can run")

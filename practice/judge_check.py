@@ -46,11 +46,15 @@ def cmd_check(exercises: list[Exercise], args) -> int:
         if len(sta) != len(sol):
             errors.append(f"{len(sol)} tests ran on the solution but {len(sta)} on the starter")
         wrong = sorted(p.stem for p in (ex.folder / WRONG_DIR).glob("*.py"))
-        caught = 0
+        caught, notes = 0, []
         for name in wrong:
             runs = outcome.for_problem(ex.slug, f"{WRONG_DIR}/{name}")
-            if any(r["outcome"] == "failed" for r in runs):
+            failed = [r for r in runs if r["outcome"] == "failed"]
+            if failed:
                 caught += 1
+                if args.verbose:
+                    first = (failed[0].get("message") or "").strip().splitlines() or [""]
+                    notes.append(f"{WRONG_DIR}/{name}.py: caught by {failed[0]['name']}: {first[0][:150]}")
             else:
                 errors.append(f"{WRONG_DIR}/{name}.py passes every test: the tests miss this mistake "
                               f"({_first_line(ex, name)})")
@@ -59,8 +63,8 @@ def cmd_check(exercises: list[Exercise], args) -> int:
         verdict = Style.paint("ok", "32") if not errors else Style.paint("PROBLEM", "31")
         print(f"  {ex.number:>3}  {ex.slug:<22} solution {sol_ok:>2}/{len(sol):<2} pass   "
               f"starter {sta_failed:>2}/{len(sta):<2} fail   wrong {caught:>2}/{len(wrong):<2} fail   {verdict}")
-        for error in errors:
-            print("         " + error.replace("\n", "\n         "))
+        for line in errors + notes:
+            print("         " + line.replace("\n", "\n         "))
         bad += bool(errors)
     if outcome is not None:
         bad += _print_run(outcome)

@@ -64,6 +64,11 @@ def share(obj, *, methods=(), call: bool = False):
     return obj
 
 
+def identity(proxy, path: list) -> tuple:
+    """(id, data pointer) of proxy.<path...> in the reader's process: is it still the same object?"""
+    return tuple(proxy._ep.request("identity", proxy, path=path))
+
+
 def _is_module(obj) -> bool:
     nn = sys.modules.get("torch.nn")
     return nn is not None and isinstance(obj, nn.Module)
@@ -179,11 +184,25 @@ def _call_text(request: dict, ep: wire.Endpoint, args, kwargs) -> str:
     if op not in ("call", "callmethod"):
         return f"{owner}.{request.get('name')}" if request.get("name") else owner
     name = f"{target._cls if target is not None else owner}.{request['name']}" if op == "callmethod" else owner
-    from grading import show
-
-    shown = [show(a, limit=6) for a in args] + [f"{k}={show(v, limit=6)}" for k, v in kwargs.items()]
+    shown = [_brief(a) for a in args] + [f"{k}={_brief(v)}" for k, v in kwargs.items()]
     text = ", ".join(shown)
     return f"{name}({text if len(text) < 160 else text[:157] + '...'})"
+
+
+def _brief(x) -> str:
+    """A value as it reads in a call: small tensors by value, others by shape (and dtype unless float32)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and x.numel() > 6:
+        dtype = "" if x.dtype == torch.float32 else " " + str(x.dtype).removeprefix("torch.")
+        return f"tensor {list(x.shape)}{dtype}"
+    if isinstance(x, wire.Proxy):
+        return f"<{x._cls}>"
+    if not isinstance(x, (type(None), bool, int, float, str, list, tuple, dict, set)) and \
+            not (torch is not None and isinstance(x, (torch.Tensor, torch.dtype, torch.Generator))):
+        return f"<{type(x).__name__}>"
+    from grading import show
+
+    return show(x, limit=6)
 
 
 # ---------------------------------------------------------------- processes
