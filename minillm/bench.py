@@ -32,6 +32,7 @@ from minillm.checkpoints import cache_dir, ensure_checkpoint
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
+from minillm.paged import num_blocks_for
 from minillm.sampling import SamplingParams
 
 # The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU, tied
@@ -56,6 +57,7 @@ BENCH_CONFIG = dict(
 BENCH_SEED = 2027
 BENCH_NAME = "qwen3-bench-v1"  # bump the suffix whenever BENCH_CONFIG changes
 
+BLOCK_SIZE = 16  # the engine's default
 TARGETS = {2: 1.8, 4: 3.0, 8: 4.0}  # the seeds' throughput targets over one-at-a-time
 LATENCY_TARGET = 1.05  # engine at concurrency 1 vs one-at-a-time, per request
 
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
 
     max_len = hi + args.max_tokens
     engines = {c: LLMEngine(model, max_num_seqs=c, max_num_batched_tokens=max(args.budget, max_len),
-                            num_blocks=c * (-(-max_len // 16)) + 1, max_model_len=max_len, eos_token_id=None)
+                            num_blocks=c * num_blocks_for(max_len, BLOCK_SIZE) + 1, block_size=BLOCK_SIZE, max_model_len=max_len, eos_token_id=None)
                for c in levels}
     hf = None
     if not args.no_hf:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from minillm.model import Transformer
-from minillm.paged import BlockPool, PagedKVCache
+from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
 from minillm.runner import ModelRunner, build_batch
 
 CHECK_PROMPTS = (
@@ -70,16 +70,15 @@ def mixed_batch_check(model_path, device="cpu", dtype: torch.dtype = torch.float
     cfg = model.cfg
     a, b, c = check_prompts(model_path, cfg.vocab_size)
 
-    blocks_per_request = [-(-(len(ids) + 1) // BLOCK_SIZE) for ids in (a, b, c)]  # room for one decoded token
+    blocks_per_request = [num_blocks_for(len(ids) + 1, BLOCK_SIZE) for ids in (a, b, c)]  # room for one decoded token
     pool = BlockPool(sum(blocks_per_request) + 2)
     pool.allocate(1)  # leave block 0 unused, so no table starts at the pool's first block by accident
     tables = [pool.allocate(n) for n in blocks_per_request]
-    kv = PagedKVCache(cfg.num_hidden_layers, pool.num_blocks, BLOCK_SIZE, cfg.num_key_value_heads, cfg.hd,
-                      dtype=dtype, device=device)
+    kv = PagedKVCache.for_model(model, pool.num_blocks, BLOCK_SIZE)
     runner = ModelRunner(model, kv)
 
     def batch(items):
-        return build_batch(items, BLOCK_SIZE, device=device, vocab_size=cfg.vocab_size)
+        return build_batch(items, BLOCK_SIZE, vocab_size=cfg.vocab_size)
 
     step1 = batch([(a, 0, tables[0], True), (b, 0, tables[1], True), (c[:FIRST_CHUNK], 0, tables[2], False)])
     logits1 = runner.forward(step1)  # [2, V]: A and B; C's first chunk asked for none

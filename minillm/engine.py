@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from minillm.model import Transformer
-from minillm.paged import BlockPool, PagedKVCache
+from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
 from minillm.checking import as_int
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
@@ -93,12 +93,10 @@ class LLMEngine:
         self.eos_token_id = eos_token_id if eos_token_id is not None and eos_token_id < cfg.vocab_size else None
         self.max_model_len = max_model_len or min(cfg.max_position_embeddings, 4096)
         if num_blocks is None:
-            bytes_per_block = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.hd * weight.element_size() * block_size
-            wanted = max_num_seqs * -(-self.max_model_len // block_size)
-            num_blocks = max(1, min(wanted, kv_cache_bytes // bytes_per_block))
+            wanted = max_num_seqs * num_blocks_for(self.max_model_len, block_size)
+            num_blocks = max(1, min(wanted, kv_cache_bytes // PagedKVCache.bytes_per_block(model, block_size)))
         self.block_size = block_size
-        self.kv = PagedKVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.hd,
-                               dtype=weight.dtype, device=weight.device)
+        self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
         self.runner = ModelRunner(model, self.kv)
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
                                    self.max_model_len)
@@ -174,7 +172,7 @@ class LLMEngine:
             seq = seqs[c.request_id]
             items.append((seq.tokens(c.num_computed, c.num_computed + c.num_new), c.num_computed,
                           seq.block_table, c.need_logits))
-        batch = build_batch(items, self.block_size, device=self.device)
+        batch = build_batch(items, self.block_size)
         logits = self.runner.forward(batch)  # [M, V]: one row per chunk that needs a token
         sampling = [seqs[c.request_id] for c in plan.chunks if c.need_logits]
         tokens = sample(logits, [s.params for s in sampling], [s.seed for s in sampling],

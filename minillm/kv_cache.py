@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import torch
 
-from minillm.model import Transformer
+from minillm.checking import check_int, check_int_list
+from minillm.model import Transformer, causal_attention
 
 
 class KVCache:
-    """Per layer, K and V buffers [B, max_len, kv_heads, hd] and the number of tokens stored so far."""
+    """Per layer, K and V buffers [B, max_len, kv_heads, hd] and the number of tokens stored so far.
+
+    An attention backend for `Transformer.forward`: each layer's `attend` stores the new K/V after
+    the history and attends over all of it. The caller gives the new tokens' positions and, once the
+    whole forward is done, counts them with `advance` (`forward_cached` does both).
+    """
 
     def __init__(self, num_layers: int, max_len: int, num_kv_heads: int, head_dim: int,
                  batch_size: int = 1, dtype=torch.float32, device="cpu"):
-        shape = (batch_size, max_len, num_kv_heads, head_dim)
+        num_layers, max_len = check_int("num_layers", num_layers, min=1), check_int("max_len", max_len, min=1)
+        shape = (check_int("batch_size", batch_size, min=1), max_len,
+                 check_int("num_kv_heads", num_kv_heads, min=1), check_int("head_dim", head_dim, min=1))
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.max_len = max_len
@@ -39,19 +47,39 @@ class KVCache:
         self.v[layer][:, self.length:end] = v
         return self.k[layer][:, :end], self.v[layer][:, :end]
 
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """The backend's one job: store this layer's new K/V, then let the new queries see the whole history."""
+        k_all, v_all = self.update(layer, k, v)  # [B, S, KV, hd]
+        return causal_attention(q, k_all, v_all, scale)  # [B, T, H, hd]
+
     def advance(self, n: int) -> None:
-        """Called by the model once every layer has stored its n new tokens."""
+        """Count n more tokens as stored, once every layer has written them."""
         self.length += n
 
     def bytes_per_token(self) -> int:
-        """K and V, every layer: 2 * layers * kv_heads * hd * bytes per element."""
         k = self.k[0]
-        return 2 * len(self.k) * k.shape[2] * k.shape[3] * k.element_size()
+        return kv_bytes_per_token(len(self.k), k.shape[2], k.shape[3], k.element_size())
 
 
 def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_element: int = 2) -> int:
-    """KV cache bytes one token costs: K and V, in every layer, for every KV head."""
+    """KV cache bytes one token costs: K and V, in every layer, for every KV head. The book's one formula."""
     return 2 * num_layers * num_kv_heads * head_dim * bytes_per_element
+
+
+def forward_cached(model: Transformer, cache, input_ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
+    """Run T new tokens [B, T] after the cache's history; return the logits [B, V] of the last one.
+
+    The new tokens sit at positions cache.length .. cache.length + T - 1; the cache counts them once the
+    forward is done. With last_only=False, the logits of every new token [B, T, V].
+    """
+    T = input_ids.shape[-1]
+    if cache.length + T > cache.max_len:  # checked before any layer writes, so a failed call changes nothing
+        raise ValueError(f"the cache holds {cache.max_len} tokens; position {cache.length + T - 1} does not fit")
+    model.check_token_ids(input_ids)  # the loop reads every token back anyway: one more host read costs nothing
+    positions = torch.arange(cache.length, cache.length + T, device=input_ids.device)  # [T]
+    logits = model(input_ids, positions, cache, logits_indices=[-1] if last_only else None)
+    cache.advance(T)
+    return logits[:, -1] if last_only else logits
 
 
 @torch.no_grad()
@@ -62,13 +90,10 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, eos
     Returns the new token ids (stopping after `eos` if given); with return_logits also the [V] logits
     each new token was chosen from.
     """
-    if not prompt_ids:
-        raise ValueError("prompt_ids is empty: expected at least one token")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens is {max_new_tokens}: expected at least 1")
+    prompt_ids = _check_prompt(model, prompt_ids, max_new_tokens)
     device = model.embed_tokens.weight.device
     cache = KVCache.for_model(model, max_len=len(prompt_ids) + max_new_tokens)
-    logits = model(torch.tensor([prompt_ids], device=device), cache, last_only=True)[0, -1]  # prefill
+    logits = forward_cached(model, cache, torch.tensor([prompt_ids], device=device))[0]  # prefill: [V]
     new_ids, all_logits = [], []
     while True:
         token = int(logits.argmax())
@@ -76,7 +101,7 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, eos
         all_logits.append(logits)
         if token == eos or len(new_ids) == max_new_tokens:
             break
-        logits = model(torch.tensor([[token]], device=device), cache)[0, -1]  # decode: one token
+        logits = forward_cached(model, cache, torch.tensor([[token]], device=device))[0]  # decode: one token
     return (new_ids, torch.stack(all_logits)) if return_logits else new_ids
 
 
@@ -84,15 +109,21 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, eos
 def generate_without_cache(model: Transformer, prompt_ids: list[int], max_new_tokens: int,
                            eos: int | None = None) -> list[int]:
     """The naive loop: every step re-runs the whole sequence. Same tokens, quadratic work."""
-    if not prompt_ids:
-        raise ValueError("prompt_ids is empty: expected at least one token")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens is {max_new_tokens}: expected at least 1")
+    ids = _check_prompt(model, prompt_ids, max_new_tokens)
     device = model.embed_tokens.weight.device
-    ids = list(prompt_ids)
+    n = len(ids)
     for _ in range(max_new_tokens):
-        token = int(model(torch.tensor([ids], device=device), last_only=True)[0, -1].argmax())
+        token = int(model(torch.tensor([ids], device=device), logits_indices=[-1])[0, -1].argmax())
         ids.append(token)
         if token == eos:
             break
-    return ids[len(prompt_ids):]
+    return ids[n:]
+
+
+def _check_prompt(model: Transformer, prompt_ids, max_new_tokens) -> list[int]:
+    ids = check_int_list("prompt_ids", prompt_ids)
+    if not ids:
+        raise ValueError("prompt_ids is empty: expected at least one token")
+    model.check_token_ids(ids)
+    check_int("max_new_tokens", max_new_tokens, min=1)
+    return ids

@@ -5,8 +5,11 @@ QK-norm, the SwiGLU MLP), the decoder stack, and loading a Hugging Face checkpoi
 follow Hugging Face's Qwen3 (`embed_tokens`, `layers[i].self_attn.q_proj`, ...), so a checkpoint's
 tensors load one to one once the `model.` prefix is dropped.
 
-Shapes: B batch, T new tokens, S tokens in the cache after this step, d hidden size,
-H query heads, KV key/value heads, hd head dim, V vocabulary.
+`Transformer.forward` is the one seam of the book: every later chapter runs this same forward and
+only passes another attention backend (a KV cache, fixed slots, a paged cache, a Triton kernel).
+
+Shapes: B batch, T new tokens, N tokens of a flat batch, S tokens in the cache after this step,
+d hidden size, H query heads, KV key/value heads, hd head dim, V vocabulary.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from minillm.checking import as_int
 
 
 @dataclass
@@ -124,30 +129,76 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     return o.transpose(1, 2)  # [B, T, H, hd]
 
 
+class DenseAttention:
+    """The attention backend without a cache: the given tokens attend to each other only, causally.
+
+    An attention backend is anything with `attend(layer, q, k, v, scale)`: it receives one layer's new
+    queries, keys and values and returns the attention output shaped like q. Chapter 2's KV cache,
+    chapter 3's slots and chapter 4's paged cache are backends too; the model never changes.
+    """
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        if q.dim() == 3:  # flat [N, H, hd]: one sequence of N tokens
+            return causal_attention(q[None], k[None], v[None], scale)[0]
+        return causal_attention(q, k, v, scale)  # [B, T, H, hd]
+
+
+SKINNY_ROWS = 8  # up to this many rows, `linear` uses weight @ x.T on CPU (see benchmarks/linear_forms.py)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [..., in] @ weight.T -> [..., out]: the one place that picks how a projection is computed.
+
+    On GPUs, and for many rows, `F.linear` is the fast call. On CPU in float32, MKL's product is slow
+    for a handful of rows: one row runs as a single-threaded matrix-vector product, and 2 to 8 rows
+    repack the weight on every call. `weight @ x.T` streams the weight once on all cores instead, and a
+    lone row is sent as two (the same row twice), which is twice as fast as the 1-row call here.
+    Same products up to float rounding; `benchmarks/linear_forms.py` measures every form.
+    """
+    rows = x.numel() // x.shape[-1]
+    if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= SKINNY_ROWS:
+        x2 = x.reshape(rows, x.shape[-1])  # [rows, in]
+        if rows == 1:
+            x2 = x2.expand(2, -1)  # [2, in]: the same row twice
+        return (weight @ x2.T).T[:rows].reshape(*x.shape[:-1], weight.shape[0])
+    return F.linear(x, weight)
+
+
+class Linear(nn.Linear):
+    """nn.Linear without bias whose product goes through `linear` (same parameters, same checkpoint names)."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__(in_features, out_features, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight)
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer_idx: int = 0):
         super().__init__()
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         if self.nh % self.nkv:
             raise ValueError(f"{self.nh} query heads cannot share {self.nkv} KV heads evenly")
+        self.layer_idx = layer_idx  # which layer's K/V the backend stores and reads
         self.scale = self.hd**-0.5
-        self.q_proj = nn.Linear(cfg.hidden_size, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.nkv * self.hd, bias=False)
-        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        self.q_proj = Linear(cfg.hidden_size, self.nh * self.hd)
+        self.k_proj = Linear(cfg.hidden_size, self.nkv * self.hd)
+        self.v_proj = Linear(cfg.hidden_size, self.nkv * self.hd)
+        self.o_proj = Linear(self.nh * self.hd, cfg.hidden_size)
         self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)  # QK-norm: Qwen3 normalises each head
         self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, cache=None, layer_idx: int = 0):
-        B, T, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd))  # norm before RoPE
-        k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd))
-        v = self.v_proj(x).view(B, T, self.nkv, self.hd)
+    def forward(self, x, cos, sin, attn=None):
+        """x [..., d] -> [..., d]; attn is the attention backend (default: DenseAttention, no cache)."""
+        attn = DenseAttention() if attn is None else attn
+        tokens = x.shape[:-1]  # [B, T], or [N] for a flat batch
+        q = self.q_norm(self.q_proj(x).view(*tokens, self.nh, self.hd))  # norm before RoPE
+        k = self.k_norm(self.k_proj(x).view(*tokens, self.nkv, self.hd))
+        v = self.v_proj(x).view(*tokens, self.nkv, self.hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:  # store the new K/V and read back the whole history
-            k, v = cache.update(layer_idx, k, v)  # [B, S, KV, hd]
-        o = causal_attention(q, k, v, self.scale)  # [B, T, H, hd]
-        return self.o_proj(o.reshape(B, T, self.nh * self.hd))
+        o = attn.attend(self.layer_idx, q, k, v, self.scale)  # [..., H, hd]: the backend caches K/V as it likes
+        return self.o_proj(o.reshape(*tokens, self.nh * self.hd))
 
 
 class MLP(nn.Module):
@@ -155,9 +206,9 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -166,15 +217,15 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer_idx: int = 0):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg)
+        self.self_attn = Attention(cfg, layer_idx)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache=None, layer_idx: int = 0):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer_idx)
+    def forward(self, x, cos, sin, attn=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -183,41 +234,58 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # one tensor, two roles
 
-    def check_token_ids(self, input_ids: torch.Tensor) -> None:
-        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-            raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    def check_token_ids(self, input_ids) -> None:
+        """Raise ValueError unless every id has an embedding. With an attention backend the forward never
+        reads values back (on a GPU each read stalls the step), so the code that built the batch on the
+        host calls this; the plain call without a backend checks its own ids."""
+        ids = input_ids
+        if isinstance(ids, torch.Tensor):
+            if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+                raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+            ids = ids.flatten().tolist()
         V = self.cfg.vocab_size
-        bad = input_ids[(input_ids < 0) | (input_ids >= V)]
-        if bad.numel():
-            raise ValueError(f"token id {bad[0].item()} is outside the vocabulary: expected 0 <= id < {V}")
+        for t in ids:
+            if as_int(t) is None or not 0 <= t < V:
+                raise ValueError(f"token id {t!r} is outside the vocabulary: expected an int with 0 <= id < {V}")
 
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, cache=None, last_only: bool = False) -> torch.Tensor:
-        """input_ids [B, T] -> logits [B, T, V] ([B, 1, V] with last_only).
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, attn=None,
+                logits_indices=None) -> torch.Tensor:
+        """input_ids [B, T] (or flat [N]) -> logits [B, T, V] ([B, M, V] with M logits_indices).
 
-        Without a cache the T tokens are positions 0..T-1. With a cache (see kv_cache.py) they continue
-        the cached sequence at positions cache.length .. cache.length + T - 1.
+        positions: each token's position, [T] (shared by the rows), [B, T] or [N]; by default 0..T-1,
+        a fresh sequence. attn: the attention backend (default `DenseAttention()`: no cache). A backend
+        that holds earlier tokens needs the new tokens' positions, so with `attn` they must be given.
+        logits_indices: the token rows that get the output layer (e.g. [-1]: only the last one).
+        With a backend, nothing in here reads a value back to the host.
         """
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be [batch, tokens], got shape {tuple(input_ids.shape)}")
-        self.check_token_ids(input_ids)
-        start = cache.length if cache is not None else 0
-        positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
-        cos, sin = rope_cos_sin(positions, self.cfg.hd, self.cfg.rope_theta)  # [T, hd]
-        x = self.embed_tokens(input_ids)  # [B, T, d]
-        cos, sin = cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype)  # broadcast over heads
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i)
-        if cache is not None:
-            cache.advance(input_ids.shape[1])
-        if last_only:
-            x = x[:, -1:]
+        if input_ids.dim() not in (1, 2):
+            raise ValueError(f"input_ids must be [batch, tokens] or flat [tokens], got shape {tuple(input_ids.shape)}")
+        if positions is None:
+            if attn is not None:
+                raise ValueError("with an attention backend, pass the new tokens' positions: "
+                                 "a cache's tokens continue after what it holds (see kv_cache.forward_cached)")
+            positions = torch.arange(input_ids.shape[-1], device=input_ids.device)
+        if positions.shape not in (input_ids.shape, input_ids.shape[-1:]):
+            raise ValueError(f"positions have shape {tuple(positions.shape)}: expected {tuple(input_ids.shape)} "
+                             f"or {tuple(input_ids.shape[-1:])}, one per token")
+        if attn is None:  # the plain call of chapter 1: check the ids here (engine paths check them on the host)
+            self.check_token_ids(input_ids)
+            attn = DenseAttention()
+        x = self.embed_tokens(input_ids)  # [..., d]
+        cos, sin = rope_cos_sin(positions.flatten(), self.cfg.hd, self.cfg.rope_theta)  # [P, hd], float32
+        cos = cos.view(*positions.shape, 1, self.cfg.hd).to(x.dtype)  # [..., 1, hd]: broadcast over heads
+        sin = sin.view(*positions.shape, 1, self.cfg.hd).to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, attn)
+        if logits_indices is not None:
+            x = x[..., logits_indices, :]  # the output layer is the largest matrix: run it only where needed
         return self.lm_head(self.norm(x))
 
     @classmethod

@@ -4,30 +4,39 @@ A request no longer owns a max-length slot. Its K/V live in `block_size`-token b
 pool; its block table lists them in order, so token at position p sits in block
 `block_table[p // block_size]`, at offset `p % block_size`. One number, the slot
 `block * block_size + offset`, names that place; the slot mapping lists it for every new token.
+
+`PagedAttention` is the attention backend the model's forward runs with: built once per forward from
+the step's metadata (checked here, on the host), it writes each layer's new K/V through the slot
+mapping and attends through the block tables.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 import torch
 
-from minillm.model import causal_attention
+from minillm.checking import as_int, check_int, check_int_list
+from minillm.kv_cache import kv_bytes_per_token
+from minillm.model import Transformer, causal_attention
 
 
 class OutOfBlocksError(RuntimeError):
     """The pool cannot satisfy an allocation; nothing was allocated."""
 
 
+def num_blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks a request of num_tokens tokens needs: the last block may be partly empty."""
+    return -(-num_tokens // block_size)
+
+
 class BlockPool:
-    """Hands out block ids; counts references so a later prefix cache can share a block between requests."""
+    """Hands out block ids; counts references so that requests can share a block (a prefix cache does)."""
 
     def __init__(self, num_blocks: int):
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks is {num_blocks}: expected at least 1")
-        self.num_blocks = num_blocks
-        self.ref_counts = [0] * num_blocks
-        self.free_blocks: deque[int] = deque(range(num_blocks))
+        self.num_blocks = check_int("num_blocks", num_blocks, min=1)
+        self.ref_counts = [0] * self.num_blocks
+        self.free_blocks: deque[int] = deque(range(self.num_blocks))
 
     @property
     def num_free(self) -> int:
@@ -40,8 +49,9 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         """n fresh blocks, or OutOfBlocksError with the pool unchanged (all or nothing)."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        if as_int(n) is None or n < 0:
             raise ValueError(f"cannot allocate {n!r} blocks: expected an int n >= 0")
+        n = as_int(n)
         if n > self.num_free:
             raise OutOfBlocksError(f"asked for {n} blocks but only {self.num_free} of {self.num_blocks} are free")
         blocks = [self.free_blocks.popleft() for _ in range(n)]
@@ -51,8 +61,8 @@ class BlockPool:
 
     def share(self, blocks: list[int]) -> None:
         """One more owner for each (already allocated) block."""
+        blocks = [self._check_id(b) for b in blocks]
         for b in blocks:
-            self._check_id(b)
             if self.ref_counts[b] == 0:
                 raise ValueError(f"block {b} is free: only an allocated block can be shared")
         for b in blocks:
@@ -63,9 +73,9 @@ class BlockPool:
 
         Every block is checked before any is released, so a bad call (a double free) leaves the pool unchanged.
         """
+        blocks = [self._check_id(b) for b in blocks]
         drops: dict[int, int] = {}
         for b in blocks:
-            self._check_id(b)
             drops[b] = drops.get(b, 0) + 1
             if drops[b] > self.ref_counts[b]:
                 raise ValueError(f"block {b} is not allocated (freed twice?): it has {self.ref_counts[b]} owner(s)")
@@ -74,9 +84,11 @@ class BlockPool:
             if self.ref_counts[b] == 0:
                 self.free_blocks.append(b)
 
-    def _check_id(self, b) -> None:
-        if not (isinstance(b, int) and not isinstance(b, bool) and 0 <= b < self.num_blocks):
+    def _check_id(self, b) -> int:
+        i = as_int(b)
+        if i is None or not 0 <= i < self.num_blocks:
             raise ValueError(f"block {b!r} is not a block id: expected an int in [0, {self.num_blocks})")
+        return i
 
 
 class PagedKVCache:
@@ -84,55 +96,67 @@ class PagedKVCache:
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, device="cpu"):
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"num_blocks={num_blocks}, block_size={block_size}: expected both >= 1")
-        shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
+        self.num_layers = check_int("num_layers", num_layers, min=1)
+        self.num_blocks = check_int("num_blocks", num_blocks, min=1)
+        self.block_size = check_int("block_size", block_size, min=1)
+        self.num_kv_heads = check_int("num_kv_heads", num_kv_heads, min=1)
+        self.head_dim = check_int("head_dim", head_dim, min=1)
+        shape = (self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(self.num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(self.num_layers)]
+
+    @classmethod
+    def for_model(cls, model: Transformer, num_blocks: int, block_size: int) -> "PagedKVCache":
+        """A cache shaped for `model`, in its dtype and on its device."""
+        cfg, w = model.cfg, model.embed_tokens.weight
+        return cls(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.hd, w.dtype, w.device)
+
+    @staticmethod
+    def bytes_per_block(model: Transformer, block_size: int) -> int:
+        cfg, w = model.cfg, model.embed_tokens.weight
+        return block_size * kv_bytes_per_token(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hd, w.element_size())
 
     @property
     def num_slots(self) -> int:
         return self.num_blocks * self.block_size
 
-    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k, v [N, kv_heads, hd] of N new tokens at their slots [N]."""
-        expected = (slot_mapping.shape[0], self.num_kv_heads, self.head_dim)
+    @property
+    def device(self) -> torch.device:
+        return self.k[0].device
+
+    def write(self, layer: int, slot_mapping, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k, v [N, kv_heads, hd] of N new tokens at their slots [N]; every argument checked first."""
+        check_int("layer", layer, min=0, max=self.num_layers - 1)
+        slots = check_slots(slot_mapping, self.num_slots)
+        expected = (len(slots), self.num_kv_heads, self.head_dim)
         if tuple(k.shape) != expected or tuple(v.shape) != expected:
             raise ValueError(f"k, v have shapes {tuple(k.shape)}, {tuple(v.shape)}: expected {expected} "
                              f"(one row per slot in the slot mapping)")
-        bad = (slot_mapping < 0) | (slot_mapping >= self.num_slots)
-        if bad.any():  # checked before writing, so a bad mapping leaves the pool as it was
-            raise ValueError(f"slot {int(slot_mapping[bad][0])} is outside the pool: "
-                             f"expected 0 <= slot < {self.num_slots}")
-        flat_k = self.k[layer].view(self.num_slots, self.num_kv_heads, self.head_dim)  # a view: writes land in the pool
-        flat_v = self.v[layer].view(self.num_slots, self.num_kv_heads, self.head_dim)
-        flat_k[slot_mapping] = k
-        flat_v[slot_mapping] = v
+        self.store(layer, torch.tensor(slots, dtype=torch.long, device=self.device), k, v)
+
+    def store(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """`write` without the checks, for a step whose metadata was checked once (PagedAttention).
+
+        slot_mapping [N] is an index tensor on the cache's device; nothing is read back to the host.
+        """
+        flat = (self.num_slots, self.num_kv_heads, self.head_dim)
+        self.k[layer].view(flat).index_copy_(0, slot_mapping, k)  # a view: the rows land in the blocks
+        self.v[layer].view(flat).index_copy_(0, slot_mapping, v)
 
     def read(self, layer: int, block_table: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first `length` tokens' K and V [length, kv_heads, hd] of one request, in position order."""
-        if length < 0:
-            raise ValueError(f"length {length} is negative")
-        n_blocks = num_blocks_for(length, self.block_size)
-        if n_blocks > len(block_table):
-            raise ValueError(f"{length} tokens need {n_blocks} blocks, but the block table has {len(block_table)}")
-        idx = torch.tensor(block_table[:n_blocks], device=self.k[layer].device)
+        check_int("layer", layer, min=0, max=self.num_layers - 1)
+        length = check_int("length", length, min=0)
+        table = check_block_table("block_table", block_table, length, self)
+        idx = torch.tensor(table, dtype=torch.long, device=self.device)
         k = self.k[layer][idx].flatten(0, 1)[:length]  # [n_blocks * block_size, KV, hd] -> [length, KV, hd]
         v = self.v[layer][idx].flatten(0, 1)[:length]
         return k, v
 
 
-def num_blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks a request of num_tokens tokens needs: the last block may be partly empty."""
-    return -(-num_tokens // block_size)
-
-
 def slot_mapping_for(block_table: list[int], positions: list[int], block_size: int) -> list[int]:
     """The slot (block * block_size + offset) where each position's K/V go."""
-    if block_size < 1:
-        raise ValueError(f"block_size is {block_size}: expected at least 1")
+    block_size = check_int("block_size", block_size, min=1)
     slots = []
     for p in positions:
         i = p // block_size
@@ -144,74 +168,151 @@ def slot_mapping_for(block_table: list[int], positions: list[int], block_size: i
     return slots
 
 
+class PagedAttention:
+    """The attention backend of one forward over a PagedKVCache.
+
+    block_tables [B][blocks], seq_lens [B] (context length once the new tokens are in) and
+    query_start_loc [B+1] (request i owns rows query_start_loc[i] : query_start_loc[i+1] of the flat
+    batch) are host-side lists; slot_mapping [N] (a list or CPU tensor) says where each new token's
+    K/V go, and may be left out when the forward only reads. Everything is checked here, once; the
+    device tensors the layers index with (slot mapping, block tables padded to [B, max_blocks], lengths)
+    are built here, once, so a layer's attention reads nothing back to the host.
+    """
+
+    def __init__(self, kv: PagedKVCache, block_tables, seq_lens, query_start_loc, slot_mapping=None):
+        self.kv = kv
+        self.seq_lens, self.query_start_loc, tables = check_paged_metadata(kv, block_tables, seq_lens, query_start_loc)
+        self.num_tokens = self.query_start_loc[-1]
+        self.decode_only = self.num_tokens == len(self.seq_lens)  # one new token per request
+        device = kv.device
+        self.slot_mapping = None
+        if slot_mapping is not None:
+            slots = check_slots(slot_mapping, kv.num_slots)
+            if len(slots) != self.num_tokens:
+                raise ValueError(f"slot_mapping has {len(slots)} entries for the {self.num_tokens} new tokens "
+                                 f"that query_start_loc describes: expected one slot per new token")
+            self.slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)  # [N]
+        self.num_blocks = [len(t) for t in tables]  # [B] blocks each request reads
+        width = max(self.num_blocks)
+        padded = [t + [0] * (width - len(t)) for t in tables]  # block 0 as filler: masked, never seen
+        self.block_tables = torch.tensor(padded, dtype=torch.long, device=device)  # [B, max_blocks]
+        lens = torch.tensor(self.seq_lens, dtype=torch.long, device=device)  # [B]
+        key_pos = torch.arange(width * kv.block_size, device=device)  # [L]
+        self.decode_mask = key_pos[None, :] < lens[:, None]  # [B, L]: a lone last token sees its whole context
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """q [N, H, hd], k, v [N, KV, hd]: write the new K/V first (new tokens see themselves), then attend."""
+        if self.slot_mapping is None:
+            raise ValueError("this PagedAttention was built without a slot_mapping, so it cannot store K/V")
+        self.kv.store(layer, self.slot_mapping, k, v)
+        return self.decode(layer, q, scale) if self.decode_only else self.varlen(layer, q, scale)
+
+    def varlen(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
+        """Any mix of prefills, chunks and decodes: the readable reference, one attention call per request.
+
+        Request i's n new tokens are the last n of its context of seq_lens[i], so the causal mask is
+        aligned to the end: new token j (at position seq_len - n + j) sees keys 0..seq_len - n + j.
+        """
+        out = torch.empty_like(q)  # [N, H, hd]
+        k_cache, v_cache = self.kv.k[layer], self.kv.v[layer]
+        for i, seq_len in enumerate(self.seq_lens):
+            start, end = self.query_start_loc[i], self.query_start_loc[i + 1]
+            blocks = self.block_tables[i, :self.num_blocks[i]]  # [n_blocks], already on the device
+            k = k_cache[blocks].flatten(0, 1)[:seq_len]  # [seq_len, KV, hd], gathered from the request's blocks
+            v = v_cache[blocks].flatten(0, 1)[:seq_len]
+            out[start:end] = causal_attention(q[None, start:end], k[None], v[None], scale)[0]
+        return out
+
+    def decode(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
+        """Only decodes (q [B, H, hd], one new token per request): one batched attention call.
+
+        Gather every request's blocks into a padded [B, L, KV, hd] batch and mask the padding.
+        """
+        B, H, hd = q.shape
+        k = self.kv.k[layer][self.block_tables].flatten(1, 2)  # [B, max_blocks, bs, KV, hd] -> [B, L, KV, hd]
+        v = self.kv.v[layer][self.block_tables].flatten(1, 2)
+        KV = k.shape[2]
+        qg = q.view(B, KV, H // KV, hd)  # [B, KV, G, hd]: GQA by a reshape, not by copying K/V G times
+        scores = torch.matmul(qg, k.permute(0, 2, 3, 1)) * scale  # [B, KV, G, L]
+        scores = scores.masked_fill(~self.decode_mask[:, None, None, :], float("-inf"))
+        o = torch.matmul(scores.softmax(dim=-1), v.transpose(1, 2))  # [B, KV, G, hd]
+        return o.reshape(B, H, hd)
+
+
 def paged_attention(q: torch.Tensor, kv: PagedKVCache, layer: int, block_tables: list[list[int]],
                     seq_lens: list[int], query_start_loc: list[int], scale: float) -> torch.Tensor:
-    """Attention for a flat batch: q [N, H, hd] holds every request's new tokens back to back.
-
-    Request i owns queries q[query_start_loc[i] : query_start_loc[i+1]] and a context of seq_lens[i]
-    tokens, read through its block table. Its n new tokens are the last n of that context, so the
-    causal mask is aligned to the end: new token j (at position seq_len - n + j) sees 0..seq_len - n + j.
-    This is the readable reference: one attention call per request.
-    """
-    check_attention_inputs(q, kv, block_tables, seq_lens, query_start_loc)
-    out = torch.empty_like(q)
-    for i, (table, seq_len) in enumerate(zip(block_tables, seq_lens)):
-        start, end = query_start_loc[i], query_start_loc[i + 1]
-        k, v = kv.read(layer, table, seq_len)  # [seq_len, KV, hd], gathered from the request's blocks
-        out[start:end] = causal_attention(q[None, start:end], k[None], v[None], scale)[0]
-    return out
+    """Attention for a flat batch q [N, H, hd] whose K/V are already in the cache: the reference loop."""
+    attn = PagedAttention(kv, block_tables, seq_lens, query_start_loc)
+    check_queries(q, kv, attn.num_tokens)
+    return attn.varlen(check_int("layer", layer, min=0, max=kv.num_layers - 1), q, scale)
 
 
 def paged_decode_attention(q: torch.Tensor, kv: PagedKVCache, layer: int, block_tables: list[list[int]],
                            seq_lens: list[int], scale: float) -> torch.Tensor:
-    """The decode case in one attention call: q [B, H, hd] is one new token per request, the last of its context.
-
-    Gather every request's blocks into a padded [B, max_blocks * block_size, KV, hd] batch and mask the
-    padding: a lone last token sees its whole context, so "key position < seq_len" is the only mask needed.
-    """
-    B = q.shape[0]
-    check_attention_inputs(q, kv, block_tables, seq_lens, list(range(B + 1)))
-    device, bs = q.device, kv.block_size
-    max_blocks = max(num_blocks_for(n, bs) for n in seq_lens)
-    padded = [list(t[:num_blocks_for(n, bs)]) + [0] * (max_blocks - num_blocks_for(n, bs))  # block 0 as filler
-              for t, n in zip(block_tables, seq_lens)]
-    tables = torch.tensor(padded, dtype=torch.long, device=device)  # [B, max_blocks]
-    k = kv.k[layer][tables].flatten(1, 2)  # [B, max_blocks, bs, KV, hd] -> [B, L, KV, hd]
-    v = kv.v[layer][tables].flatten(1, 2)
-    H, KV = q.shape[1], k.shape[2]
-    G = H // KV  # GQA: query heads per KV head, handled by a reshape instead of copying K/V G times
-    lens = torch.tensor(seq_lens, device=device)
-    mask = torch.arange(k.shape[1], device=device)[None, :] < lens[:, None]  # [B, L]: real tokens only
-    qg = q.view(B, KV, G, q.shape[2])  # [B, KV, G, hd]
-    scores = torch.matmul(qg, k.permute(0, 2, 3, 1)) * scale  # [B, KV, G, L]
-    scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
-    o = torch.matmul(scores.softmax(dim=-1), v.transpose(1, 2))  # [B, KV, G, hd]
-    return o.reshape(B, H, q.shape[2])
+    """The decode case in one attention call: q [B, H, hd] is one new token per request, the last of its context."""
+    attn = PagedAttention(kv, block_tables, seq_lens, list(range(len(seq_lens) + 1)))
+    check_queries(q, kv, attn.num_tokens)
+    return attn.decode(check_int("layer", layer, min=0, max=kv.num_layers - 1), q, scale)
 
 
-def check_attention_inputs(q: torch.Tensor, kv: PagedKVCache, block_tables: list[list[int]],
-                           seq_lens: list[int], query_start_loc: list[int]) -> None:
-    """Every way the metadata can disagree with itself, named, before any attention is computed."""
+# ---- host-side checks: run once per forward, on Python lists, before anything is written ----------------
+
+def check_slots(slot_mapping, num_slots: int) -> list[int]:
+    """The slot mapping as a list of ints, each a slot of the pool and none written twice."""
+    if isinstance(slot_mapping, torch.Tensor):
+        if slot_mapping.dim() != 1 or slot_mapping.dtype.is_floating_point or slot_mapping.dtype == torch.bool:
+            raise ValueError(f"slot_mapping is a {slot_mapping.dtype} tensor of shape {tuple(slot_mapping.shape)}: "
+                             "expected a 1-D integer tensor, one slot per new token")
+        slot_mapping = slot_mapping.tolist()  # host metadata: reading it costs no device sync
+    slots = check_int_list("slot_mapping", slot_mapping)
+    bad = [s for s in slots if not 0 <= s < num_slots]
+    if bad:
+        raise ValueError(f"slot {bad[0]} is outside the pool: expected 0 <= slot < {num_slots}")
+    if len(set(slots)) != len(slots):
+        dup = next(s for s, count in Counter(slots).items() if count > 1)
+        raise ValueError(f"slot {dup} appears twice in the slot mapping: two new tokens would write the same place")
+    return slots
+
+
+def check_block_table(name: str, table, num_tokens: int, kv: PagedKVCache) -> list[int]:
+    """The blocks that hold num_tokens tokens (a prefix of the table), each a block of the cache."""
+    if isinstance(table, torch.Tensor):
+        table = table.tolist()
+    table = check_int_list(name, table)
+    need = num_blocks_for(num_tokens, kv.block_size)
+    if need > len(table):
+        raise ValueError(f"{name} has {len(table)} blocks, but {num_tokens} tokens need {need} "
+                         f"(block_size {kv.block_size})")
+    bad = [b for b in table[:need] if not 0 <= b < kv.num_blocks]
+    if bad:
+        raise ValueError(f"{name} holds block {bad[0]}: expected 0 <= block < {kv.num_blocks}")
+    return table[:need]
+
+
+def check_paged_metadata(kv: PagedKVCache, block_tables, seq_lens, query_start_loc):
+    """Every way the metadata can disagree with itself or with the cache, named before anything runs."""
+    seq_lens = check_int_list("seq_lens", seq_lens, min=1)
+    qsl = check_int_list("query_start_loc", query_start_loc, min=0)
     B = len(seq_lens)
-    if q.dim() != 3:
-        raise ValueError(f"q has shape {tuple(q.shape)}: expected [N, heads, head_dim]")
+    if B == 0 or len(block_tables) != B or len(qsl) != B + 1:
+        raise ValueError(f"{B} seq_lens, {len(block_tables)} block tables and {len(qsl)} query_start_loc "
+                         f"entries: expected B >= 1 requests, B tables and B + 1 offsets")
+    if qsl[0] != 0:
+        raise ValueError(f"query_start_loc starts at {qsl[0]}: expected 0")
+    tables = []
+    for i in range(B):
+        n = qsl[i + 1] - qsl[i]
+        if not 1 <= n <= seq_lens[i]:
+            raise ValueError(f"request {i} has {n} new tokens (query_start_loc {qsl[i]}..{qsl[i + 1]}) and a "
+                             f"context of {seq_lens[i]}: expected 1 <= new tokens <= context")
+        tables.append(check_block_table(f"request {i}'s block table", block_tables[i], seq_lens[i], kv))
+    return seq_lens, qsl, tables
+
+
+def check_queries(q: torch.Tensor, kv: PagedKVCache, num_tokens: int) -> None:
+    if q.dim() != 3 or q.shape[0] != num_tokens:
+        raise ValueError(f"q has shape {tuple(q.shape)}: expected [{num_tokens}, heads, head_dim], "
+                         "one row per new token of query_start_loc")
     if q.shape[1] % kv.num_kv_heads or q.shape[2] != kv.head_dim:
         raise ValueError(f"q has {q.shape[1]} heads of dim {q.shape[2]}: expected a multiple of "
                          f"{kv.num_kv_heads} KV heads, of dim {kv.head_dim}")
-    if len(block_tables) != B or len(query_start_loc) != B + 1:
-        raise ValueError(f"{B} seq_lens, {len(block_tables)} block tables and {len(query_start_loc)} "
-                         f"query_start_loc entries: expected B, B and B + 1")
-    if B == 0 or query_start_loc[0] != 0 or query_start_loc[-1] != q.shape[0]:
-        raise ValueError(f"query_start_loc {query_start_loc} must run from 0 to the {q.shape[0]} rows of q")
-    for i in range(B):
-        n = query_start_loc[i + 1] - query_start_loc[i]
-        if not 1 <= n <= seq_lens[i]:
-            raise ValueError(f"request {i} has {n} new tokens and a context of {seq_lens[i]}: "
-                             f"expected 1 <= new tokens <= context")
-        need = num_blocks_for(seq_lens[i], kv.block_size)
-        if need > len(block_tables[i]):
-            raise ValueError(f"request {i} has {seq_lens[i]} tokens, which need {need} blocks, "
-                             f"but its block table has {len(block_tables[i])}")
-        bad = [b for b in block_tables[i][:need] if not 0 <= b < kv.num_blocks]
-        if bad:
-            raise ValueError(f"request {i}'s block table holds block {bad[0]}: expected 0 <= block < {kv.num_blocks}")

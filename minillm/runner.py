@@ -3,24 +3,26 @@
 Every request in a step, whatever its phase, is "n new tokens after k cached ones": a full prefill is
 k = 0, a decode is n = 1, a middle chunk of a long prompt has both non-zero. We lay all new tokens
 end to end ([N] instead of a padded [B, max_len]) and describe the layout with a few metadata arrays.
-Only attention needs them; every other layer works token by token on the [N, hidden] matrix.
+Only attention needs them; every other layer works token by token on the [N, hidden] matrix, so the
+runner is chapter 1's forward with a paged attention backend: check the step's metadata once, on the
+host, then call the model.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from minillm.checking import as_int
-from minillm.model import Transformer, apply_rope, rope_cos_sin
-from minillm.paged import PagedKVCache, paged_attention, paged_decode_attention, slot_mapping_for
+from minillm.checking import as_int, check_int, check_int_list
+from minillm.model import Transformer
+from minillm.paged import PagedAttention, PagedKVCache, slot_mapping_for
 
 
 @dataclass
 class BatchInput:
+    """One step's layout, as the host (CPU) builds it; the runner copies it to the device once per step."""
+
     input_ids: torch.Tensor  # [N] every request's new tokens, back to back
     positions: torch.Tensor  # [N] each token's position in its own sequence
     slot_mapping: torch.Tensor  # [N] where each token's K/V are written (block * block_size + offset)
@@ -28,6 +30,7 @@ class BatchInput:
     seq_lens: list[int]  # [B] each request's context length once this step is done
     block_tables: list[list[int]]  # [B] each request's blocks, in position order
     logits_indices: torch.Tensor  # [M] rows of N whose logits we need (a request's last token)
+    block_size: int  # tokens per block: the slot mapping means nothing without it
 
     @property
     def num_tokens(self) -> int:  # N
@@ -72,7 +75,7 @@ def _check_item(r: int, item, block_size: int, vocab_size: int | None) -> tuple[
     return ids, k, blocks, bool(need_logits)
 
 
-def build_batch(items, block_size: int, device="cpu", vocab_size: int | None = None) -> BatchInput:
+def build_batch(items, block_size: int, vocab_size: int | None = None) -> BatchInput:
     """items: (token_ids, num_computed, block_table, need_logits) per request; token_ids are the new tokens.
 
     Every item is checked before anything is built, and an error names the request and the value at fault.
@@ -81,8 +84,7 @@ def build_batch(items, block_size: int, device="cpu", vocab_size: int | None = N
     items = list(items)
     if not items:
         raise ValueError(f"build_batch got no items: expected at least one {ITEM}")
-    if as_int(block_size) is None or block_size < 1:
-        raise ValueError(f"block_size is {block_size!r}: expected an int >= 1")
+    block_size = check_int("block_size", block_size, min=1)
     checked = [_check_item(r, item, block_size, vocab_size) for r, item in enumerate(items)]
 
     input_ids, positions, slots, query_start_loc, seq_lens, tables, logits_idx = [], [], [], [0], [], [], []
@@ -96,77 +98,75 @@ def build_batch(items, block_size: int, device="cpu", vocab_size: int | None = N
         tables.append(table)
         if need_logits:
             logits_idx.append(query_start_loc[-1] - 1)  # the request's last new token
-    # Built on the CPU, then moved in one copy per array: the index tensors must live where the model does.
-    as_tensor = lambda xs: torch.tensor(xs, dtype=torch.long).to(device)  # noqa: E731
+    as_tensor = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731  (host tensors: the runner moves them)
     return BatchInput(as_tensor(input_ids), as_tensor(positions), as_tensor(slots), query_start_loc,
-                      seq_lens, tables, as_tensor(logits_idx))
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [N, in] @ weight.T -> [N, out]: every projection of the flat batch goes through here.
-
-    On CPU, MKL's float32 GEMM is slow for a few rows: 2 to 4 rows cost about twice one row (the
-    weight is repacked on every call), so 2 decodes in one forward would take as long as 2 forwards.
-    Computing weight @ x.T instead streams the weight once; same product, up to float rounding.
-    From 9 rows on, and on GPUs, the plain call is the fast one.
-    """
-    if x.device.type == "cpu" and 2 <= x.shape[0] <= 8:
-        return (weight @ x.T).T.contiguous()
-    return F.linear(x, weight)
+                      seq_lens, tables, as_tensor(logits_idx), block_size)
 
 
 class ModelRunner:
-    """Runs a `Transformer`'s own weights (no copy) over a flat batch, with K/V in a `PagedKVCache`.
-
-    The model and the cache must share a device and a dtype; build batches with `device=runner.device`.
-    """
+    """Runs a `Transformer` (its own weights and forward, no copy) over flat batches, K/V in a `PagedKVCache`."""
 
     def __init__(self, model: Transformer, kv: PagedKVCache):
         cfg = model.cfg
-        if (kv.num_kv_heads, kv.head_dim, len(kv.k)) != (cfg.num_key_value_heads, cfg.hd, cfg.num_hidden_layers):
+        if (kv.num_kv_heads, kv.head_dim, kv.num_layers) != (cfg.num_key_value_heads, cfg.hd, cfg.num_hidden_layers):
             raise ValueError(
-                f"cache is {len(kv.k)} layers x {kv.num_kv_heads} KV heads x {kv.head_dim}, model needs "
+                f"cache is {kv.num_layers} layers x {kv.num_kv_heads} KV heads x {kv.head_dim}, model needs "
                 f"{cfg.num_hidden_layers} x {cfg.num_key_value_heads} x {cfg.hd}"
             )
         w = model.embed_tokens.weight
-        if (kv.k[0].dtype, kv.k[0].device) != (w.dtype, w.device):
-            raise ValueError(f"cache holds {kv.k[0].dtype} on {kv.k[0].device}, model runs {w.dtype} on {w.device}: "
-                             "create the PagedKVCache with the model's dtype and device")
-        self.model, self.kv = model, kv
-        self.device = w.device
-        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hd
-        self.scale = 1 / math.sqrt(cfg.hd)
+        if (kv.k[0].dtype, kv.device) != (w.dtype, w.device):
+            raise ValueError(f"cache holds {kv.k[0].dtype} on {kv.device}, model runs {w.dtype} on {w.device}: "
+                             "create it with PagedKVCache.for_model(model, num_blocks, block_size)")
+        self.model, self.kv, self.device = model, kv, w.device
 
-    def check_batch(self, batch: BatchInput) -> None:
-        """Everything forward needs, checked before the first K/V write, so a bad batch leaves the cache as it was."""
-        if batch.input_ids.device != self.device:
-            raise ValueError(f"batch tensors are on {batch.input_ids.device}, the model is on {self.device}: "
-                             f"build_batch(..., device={str(self.device)!r})")
-        for r, table in enumerate(batch.block_tables):
-            bad = [b for b in table if not 0 <= b < self.kv.num_blocks]
-            if bad:
-                raise ValueError(f"request {r} uses block {bad[0]}, but the cache has blocks 0..{self.kv.num_blocks - 1}")
-        self.model.check_token_ids(batch.input_ids)
+    def prepare(self, batch: BatchInput) -> PagedAttention:
+        """Check everything the step needs, on the host, and build its attention backend (device tensors, once).
+
+        Runs before the first K/V write, so a bad batch raises and leaves the cache as it was.
+        """
+        if batch.block_size != self.kv.block_size:
+            raise ValueError(f"the batch was built with block_size {batch.block_size!r}, but the cache's blocks hold "
+                             f"{self.kv.block_size} tokens: its slot mapping would point into other requests' blocks")
+        attn = PagedAttention(self.kv, batch.block_tables, batch.seq_lens, batch.query_start_loc, batch.slot_mapping)
+        ids, positions, slots = (host_ints(name, getattr(batch, name))
+                                 for name in ("input_ids", "positions", "slot_mapping"))
+        N = attn.num_tokens
+        if not len(ids) == len(positions) == N:
+            raise ValueError(f"{len(ids)} input_ids and {len(positions)} positions, but query_start_loc ends at {N}: "
+                             "expected one of each per new token")
+        for i, (seq_len, table) in enumerate(zip(batch.seq_lens, batch.block_tables)):
+            start, end = batch.query_start_loc[i], batch.query_start_loc[i + 1]
+            want = list(range(seq_len - (end - start), seq_len))  # the new tokens are the context's last ones
+            if positions[start:end] != want:
+                raise ValueError(f"request {i} has positions {positions[start:end]}, but its {end - start} new tokens "
+                                 f"end a context of {seq_len}: expected {want[0]}..{want[-1]}")
+            want_slots = slot_mapping_for(table, want, self.kv.block_size)
+            if slots[start:end] != want_slots:
+                j = next(j for j, (a, b) in enumerate(zip(slots[start:end], want_slots)) if a != b)
+                raise ValueError(f"request {i}'s token at position {want[j]} writes slot {slots[start + j]}, but its "
+                                 f"block table puts that position in slot {want_slots[j]}")
+        check_int_list("logits_indices", host_ints("logits_indices", batch.logits_indices), min=0, max=N - 1)
+        self.model.check_token_ids(ids)
+        return attn
 
     @torch.no_grad()
     def forward(self, batch: BatchInput) -> torch.Tensor:
-        """Logits [M, vocab] for the tokens at batch.logits_indices; K/V of all N tokens are cached."""
-        self.check_batch(batch)
-        m, N = self.model, batch.input_ids.shape[0]
-        x = m.embed_tokens(batch.input_ids)  # [N, d]
-        cos, sin = rope_cos_sin(batch.positions, self.hd, m.cfg.rope_theta)  # [N, hd], float32 on the batch's device
-        cos, sin = cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype)  # [N, 1, hd]: broadcast over heads
-        for i, layer in enumerate(m.layers):
-            attn, h = layer.self_attn, layer.input_layernorm(x)
-            q = apply_rope(attn.q_norm(linear(h, attn.q_proj.weight).view(N, self.nh, self.hd)), cos, sin)  # [N, H, hd]
-            k = apply_rope(attn.k_norm(linear(h, attn.k_proj.weight).view(N, self.nkv, self.hd)), cos, sin)  # [N, KV, hd]
-            v = linear(h, attn.v_proj.weight).view(N, self.nkv, self.hd)  # [N, KV, hd]
-            self.kv.write(i, batch.slot_mapping, k, v)  # write first, so the new tokens see themselves
-            if N == len(batch.seq_lens):  # a pure decode step: one new token each, one batched attention call
-                o = paged_decode_attention(q, self.kv, i, batch.block_tables, batch.seq_lens, self.scale)
-            else:
-                o = paged_attention(q, self.kv, i, batch.block_tables, batch.seq_lens, batch.query_start_loc, self.scale)
-            x = x + linear(o.reshape(N, self.nh * self.hd), attn.o_proj.weight)  # [N, d]
-            h, mlp = layer.post_attention_layernorm(x), layer.mlp
-            x = x + linear(F.silu(linear(h, mlp.gate_proj.weight)) * linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
-        return linear(m.norm(x[batch.logits_indices]), m.lm_head.weight)  # [M, V]: the output layer only where we sample
+        """Logits [M, vocab] for the tokens at batch.logits_indices; K/V of all N tokens are cached.
+
+        After `prepare`, nothing reads a value back to the host: each array is copied to the device once.
+        """
+        attn = self.prepare(batch)
+        dev = lambda t: t.to(self.device, non_blocking=True)  # noqa: E731
+        return self.model(dev(batch.input_ids), dev(batch.positions), attn, logits_indices=dev(batch.logits_indices))
+
+
+def host_ints(name: str, x) -> list[int]:
+    """A 1-D host array (CPU tensor or list) as a list of ints; a device tensor is refused, since reading it would stall."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":
+            raise ValueError(f"batch.{name} is on {x.device}: BatchInput holds host metadata, so build it on the CPU "
+                             "(build_batch does); the runner copies it to the model's device once per step")
+        if x.dim() != 1 or x.dtype.is_floating_point or x.dtype == torch.bool:
+            raise ValueError(f"batch.{name} is a {x.dtype} tensor of shape {tuple(x.shape)}: expected a 1-D integer tensor")
+        return x.tolist()
+    return check_int_list(f"batch.{name}", x)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from minillm.paged import BlockPool
+from minillm.paged import BlockPool, num_blocks_for
 from minillm.sampling import SamplingParams
 
 
@@ -87,9 +87,6 @@ class Scheduler:
         self.seen_ids: set[str] = set()  # every id ever submitted, so a repeat is caught even after it finished
         self.num_steps = 0
 
-    def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
     def check(self, seq: Sequence) -> None:
         """Raise ValueError if `seq` can never be served; changes nothing."""
         n_prompt, max_tokens = len(seq.prompt_ids), seq.params.max_tokens
@@ -101,7 +98,7 @@ class Scheduler:
             raise ValueError(f"request {seq.request_id!r} needs {n_prompt} prompt + {max_tokens} new tokens = "
                              f"{n_prompt + max_tokens}, beyond the model's context of {self.max_model_len}")
         # The last sampled token is never fed back, so at most prompt + max_tokens - 1 tokens need K/V.
-        need = self.blocks_for(n_prompt + max_tokens - 1)
+        need = num_blocks_for(n_prompt + max_tokens - 1, self.block_size)
         if need > self.pool.num_blocks:
             raise ValueError(f"request {seq.request_id!r} needs {need} KV blocks at its longest, but the pool "
                              f"has only {self.pool.num_blocks}: expected a shorter prompt or fewer max_tokens")
@@ -185,7 +182,7 @@ class Scheduler:
 
     def _reserve(self, seq: Sequence, num_tokens: int) -> bool:
         """Grow seq's block table to hold num_tokens tokens; False (and no change) if the pool is short."""
-        need = self.blocks_for(num_tokens) - len(seq.block_table)
+        need = num_blocks_for(num_tokens, self.block_size) - len(seq.block_table)
         if need > self.pool.num_free:
             return False
         if need > 0:

@@ -4,7 +4,7 @@ The first way to serve several requests at once: make the cache of chapter 2 one
 Per layer, K and V become [max_batch, max_ctx, kv_heads, head_dim]; a request is handed a slot (a row)
 when it arrives and gives it back when it finishes, and the slot's offset (its number of stored
 tokens) says where its next token goes. Requests still run one at a time through the model (serial
-prefill and decode, like the first phase of the source engine); the cache just holds many at once.
+prefill and decode, like the first phase of the batching progress report's engine); the cache just holds many at once.
 
 The price is memory: each slot reserves max_ctx tokens whether the request uses 30 or 30,000.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from minillm.kv_cache import kv_bytes_per_token
+from minillm.kv_cache import KVCache, forward_cached, kv_bytes_per_token
 from minillm.model import Transformer
 
 
@@ -89,9 +89,10 @@ class SlotKVCache:
 
 
 class SlotView:
-    """One slot behind the cache protocol of kv_cache.KVCache: `.length`, `.update(layer, k, v)`, `.advance(n)`.
+    """One slot seen as chapter 2's `KVCache`: `.length`, `.update(layer, k, v)`, `.attend(...)`, `.advance(n)`.
 
-    The model never learns it shares a cache: it sees a batch-1 cache whose rows live in slot `slot`.
+    The model never learns it shares a cache: it sees a batch-1 attention backend whose rows live in
+    slot `slot`.
     """
 
     def __init__(self, cache: SlotKVCache, slot: int):
@@ -100,6 +101,10 @@ class SlotView:
     @property
     def length(self) -> int:
         return self.cache.lengths[self.slot]
+
+    @property
+    def max_len(self) -> int:
+        return self.cache.max_ctx
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Write k, v [1, T, KV, hd] at the slot's offset; return the slot's whole history [1, offset+T, KV, hd]."""
@@ -112,6 +117,8 @@ class SlotView:
         self.cache.k[layer][s, start:end] = k[0]
         self.cache.v[layer][s, start:end] = v[0]
         return self.cache.k[layer][s:s + 1, :end], self.cache.v[layer][s:s + 1, :end]
+
+    attend = KVCache.attend  # the same backend step as chapter 2's cache: store, then attend over the history
 
     def advance(self, n: int) -> None:
         self.cache.lengths[self.slot] += n
@@ -143,13 +150,14 @@ def _run(model, cache, request_id, slot, token_ids) -> torch.Tensor:
     if end > cache.max_ctx:  # checked before the model writes anything, so the slot stays as it was
         raise ValueError(f"request {request_id!r} would reach {end} tokens, "
                          f"but slot {slot} holds max_ctx={cache.max_ctx}")
+    model.check_token_ids(token_ids)
     ids = torch.tensor([token_ids], device=cache.k[0].device)
-    return model(ids, cache.view(request_id), last_only=True)[0, -1]
+    return forward_cached(model, cache.view(request_id), ids)[0]  # [V]
 
 
 @dataclass
 class SlotRequest:
-    """One request's state between steps (the source engine's per-request struct)."""
+    """One request's state between steps (the batching progress report's per-request struct)."""
 
     request_id: object
     prompt_ids: list[int]

@@ -125,7 +125,7 @@ def test_unsupported_config_options(ckpt, changes, message):
 @pytest.mark.parametrize("bad", [512, 100_000, -1])
 def test_token_id_outside_the_vocabulary(tiny_model, bad):
     model = tiny_model(seed=1)
-    with pytest.raises(ValueError, match=f"token id {bad} is outside the vocabulary: expected 0 <= id < 512"):
+    with pytest.raises(ValueError, match=f"token id {bad} is outside the vocabulary: expected an int with 0 <= id < 512"):
         model(torch.tensor([[1, bad, 2]]))
 
 
@@ -134,9 +134,9 @@ def test_float_token_ids_are_rejected(tiny_model):
         tiny_model(seed=1)(torch.tensor([[1.0, 2.0]]))
 
 
-def test_input_ids_without_a_batch_dimension(tiny_model):
-    with pytest.raises(ValueError, match=r"input_ids must be \[batch, tokens\], got shape \(3,\)"):
-        tiny_model(seed=1)(torch.tensor([1, 2, 3]))
+def test_input_ids_of_three_dimensions(tiny_model):
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, tokens\] or flat \[tokens\], got shape \(1, 1, 3\)"):
+        tiny_model(seed=1)(torch.tensor([[[1, 2, 3]]]))
 
 
 def shard(folder, names_per_shard):

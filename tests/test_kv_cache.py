@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from minillm.kv_cache import KVCache, generate, generate_without_cache, kv_bytes_per_token
+from minillm.kv_cache import KVCache, forward_cached, generate, generate_without_cache, kv_bytes_per_token
 
 
 @pytest.mark.parametrize("overrides", [{}, dict(num_key_value_heads=1, num_hidden_layers=3),
@@ -35,8 +35,8 @@ def test_decode_sees_whole_history(tiny_model, token_ids):
     model = tiny_model()
     prompt = token_ids(6, seed=2)
     cache = KVCache.for_model(model, max_len=8)
-    model(torch.tensor([prompt]), cache)
-    with_history = model(torch.tensor([[5]]), cache)[0, -1]
+    forward_cached(model, cache, torch.tensor([prompt]), last_only=False)
+    with_history = forward_cached(model, cache, torch.tensor([[5]]), last_only=False)[0, -1]
     alone = model(torch.tensor([[5]]))[0, -1]  # the same token with no history at position 0
     assert cache.length == 7
     assert (with_history - model(torch.tensor([prompt + [5]]))[0, -1]).abs().max() < 1e-4
@@ -47,8 +47,8 @@ def test_chunked_prefill_equals_one_prefill(tiny_model, token_ids):
     model = tiny_model()
     ids = token_ids(12, seed=4)
     cache = KVCache.for_model(model, max_len=12)
-    first = model(torch.tensor([ids[:5]]), cache)
-    second = model(torch.tensor([ids[5:]]), cache)  # 7 tokens that attend to the 5 cached ones
+    first = forward_cached(model, cache, torch.tensor([ids[:5]]), last_only=False)
+    second = forward_cached(model, cache, torch.tensor([ids[5:]]), last_only=False)  # 7 tokens that attend to the 5 cached ones
     full = model(torch.tensor([ids]))
     assert (torch.cat([first, second], dim=1) - full).abs().max() < 1e-4
 
@@ -56,7 +56,7 @@ def test_chunked_prefill_equals_one_prefill(tiny_model, token_ids):
 def test_cache_holds_what_the_model_wrote_and_zeros_after(tiny_model, token_ids):
     model = tiny_model()
     cache = KVCache.for_model(model, max_len=10)
-    model(torch.tensor([token_ids(4)]), cache)
+    forward_cached(model, cache, torch.tensor([token_ids(4)]), last_only=False)
     for layer in range(model.cfg.num_hidden_layers):
         assert cache.k[layer][:, :4].abs().sum() > 0 and cache.v[layer][:, :4].abs().sum() > 0
         assert cache.k[layer][:, 4:].abs().sum() == 0 and cache.v[layer][:, 4:].abs().sum() == 0
@@ -66,8 +66,8 @@ def test_batched_cache_decodes_each_row_independently(tiny_model, token_ids):
     model = tiny_model()
     a, b = token_ids(5, seed=5), token_ids(5, seed=6)
     cache = KVCache.for_model(model, max_len=6, batch_size=2)
-    model(torch.tensor([a, b]), cache)
-    step = model(torch.tensor([[7], [9]]), cache)[:, -1]  # [2, V]
+    forward_cached(model, cache, torch.tensor([a, b]), last_only=False)
+    step = forward_cached(model, cache, torch.tensor([[7], [9]]), last_only=False)[:, -1]  # [2, V]
     assert (step[0] - model(torch.tensor([a + [7]]))[0, -1]).abs().max() < 1e-4
     assert (step[1] - model(torch.tensor([b + [9]]))[0, -1]).abs().max() < 1e-4
 
@@ -75,10 +75,10 @@ def test_batched_cache_decodes_each_row_independently(tiny_model, token_ids):
 def test_cache_overflow_names_the_position_and_leaves_the_cache_unchanged(tiny_model, token_ids):
     model = tiny_model()
     cache = KVCache.for_model(model, max_len=6)
-    model(torch.tensor([token_ids(5)]), cache)
+    forward_cached(model, cache, torch.tensor([token_ids(5)]), last_only=False)
     before = [k.clone() for k in cache.k]
     with pytest.raises(ValueError, match=r"holds 6 tokens; position 7 does not fit"):
-        model(torch.tensor([[1, 2, 3]]), cache)
+        forward_cached(model, cache, torch.tensor([[1, 2, 3]]), last_only=False)
     assert cache.length == 5
     assert all(torch.equal(k, b) for k, b in zip(cache.k, before))
 
@@ -86,9 +86,9 @@ def test_cache_overflow_names_the_position_and_leaves_the_cache_unchanged(tiny_m
 def test_out_of_vocab_token_leaves_the_cache_unchanged(tiny_model, token_ids):
     model = tiny_model()
     cache = KVCache.for_model(model, max_len=8)
-    model(torch.tensor([token_ids(3)]), cache)
+    forward_cached(model, cache, torch.tensor([token_ids(3)]), last_only=False)
     with pytest.raises(ValueError, match="token id 512 is outside the vocabulary"):
-        model(torch.tensor([[512]]), cache)
+        forward_cached(model, cache, torch.tensor([[512]]), last_only=False)
     assert cache.length == 3
 
 
@@ -96,7 +96,7 @@ def test_cache_rejects_a_batch_of_the_wrong_size(tiny_model, token_ids):
     model = tiny_model()
     cache = KVCache.for_model(model, max_len=8, batch_size=1)
     with pytest.raises(ValueError, match="batch of 2 sequences was given to a cache built for 1"):
-        model(torch.tensor([token_ids(3), token_ids(3, seed=1)]), cache)
+        forward_cached(model, cache, torch.tensor([token_ids(3), token_ids(3, seed=1)]), last_only=False)
     assert cache.length == 0
 
 

@@ -42,7 +42,7 @@ def test_greedy_tokens_match_transformers_generate(name, tiny_checkpoint, token_
     prompt = token_ids(6, seed=2)
     ids = list(prompt)
     for _ in range(20):  # no KV cache here: chapter 1's model on the whole sequence each step
-        ids.append(int(model(torch.tensor([ids]), last_only=True)[0, -1].argmax()))
+        ids.append(int(model(torch.tensor([ids]), logits_indices=[-1])[0, -1].argmax()))
     assert ids[len(prompt):] == hf_generate(path, prompt, 20)
 
 
@@ -60,12 +60,33 @@ def test_batch_rows_are_independent(tiny_model, token_ids):
     assert (both[1] - model(torch.tensor([b]))[0]).abs().max() < 1e-5
 
 
-def test_last_only_returns_the_last_position(tiny_model, token_ids):
+def test_logits_indices_pick_the_rows_that_get_the_output_layer(tiny_model, token_ids):
     model = tiny_model()
     ids = torch.tensor([token_ids(10)])
-    last = model(ids, last_only=True)
+    full = model(ids)
+    last = model(ids, logits_indices=[-1])
     assert last.shape == (1, 1, model.cfg.vocab_size)
-    assert (last[0, 0] - model(ids)[0, -1]).abs().max() < 1e-5
+    assert (last[0, 0] - full[0, -1]).abs().max() < 1e-5
+    some = model(ids, logits_indices=torch.tensor([2, 7]))
+    assert (some[0] - full[0, [2, 7]]).abs().max() < 1e-5
+
+
+def test_flat_tokens_with_explicit_positions_equal_the_batched_call(tiny_model, token_ids):
+    model = tiny_model()
+    ids = token_ids(9, seed=5)
+    batched = model(torch.tensor([ids]))[0]  # [T, V]
+    flat = model(torch.tensor(ids), torch.arange(9))  # [N, V]: one sequence laid flat
+    assert flat.shape == batched.shape and (flat - batched).abs().max() < 1e-5
+
+
+def test_a_backend_needs_explicit_positions(tiny_model):
+    from minillm.kv_cache import KVCache
+
+    model = tiny_model()
+    with pytest.raises(ValueError, match="pass the new tokens' positions"):
+        model(torch.tensor([[1, 2]]), attn=KVCache.for_model(model, max_len=4))
+    with pytest.raises(ValueError, match=r"positions have shape \(3,\): expected \(1, 2\) or \(2,\)"):
+        model(torch.tensor([[1, 2]]), torch.arange(3))
 
 
 def test_tied_head_shares_the_embedding_tensor(tiny_model):

@@ -242,15 +242,16 @@ def test_write_rejects_rows_that_do_not_match_the_slot_mapping():
 
 def test_read_needs_enough_blocks():
     kv = PagedKVCache(1, 4, 4, 2, HEAD_DIM)
-    with pytest.raises(ValueError, match="9 tokens need 3 blocks, but the block table has 2"):
+    with pytest.raises(ValueError, match=r"block_table has 2 blocks, but 9 tokens need 3 \(block_size 4\)"):
         kv.read(0, [0, 1], 9)
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(seq_lens=[3, 5]), "request 0 has 4 new tokens and a context of 3"),
-    (dict(block_tables=[[0], [2, 3]]), "request 0 has 6 tokens, which need 2 blocks, but its block table has 1"),
+    (dict(seq_lens=[3, 5]), "request 0 has 4 new tokens \\(query_start_loc 0..4\\) and a context of 3"),
+    (dict(block_tables=[[0], [2, 3]]), "request 0's block table has 1 blocks, but 6 tokens need 2"),
     (dict(block_tables=[[0, 9], [2, 3]]), "request 0's block table holds block 9"),
-    (dict(query_start_loc=[0, 4, 6]), "query_start_loc \\[0, 4, 6\\] must run from 0 to the 5 rows"),
+    (dict(query_start_loc=[0, 4, 6]), "q has shape \\(5, 4, 8\\): expected \\[6, heads, head_dim\\]"),
+    (dict(query_start_loc=[1, 4, 5]), "query_start_loc starts at 1: expected 0"),
     (dict(seq_lens=[6]), "1 seq_lens, 2 block tables and 3 query_start_loc entries"),
     (dict(q=torch.zeros(5, 3, HEAD_DIM)), "q has 3 heads of dim 8"),
 ])
@@ -261,3 +262,55 @@ def test_paged_attention_rejects_inconsistent_metadata(change, message):
     args.update(change)
     with pytest.raises(ValueError, match=message):
         paged_attention(args["q"], kv, 0, args["block_tables"], args["seq_lens"], args["query_start_loc"], 1.0)
+
+
+# --- every public call checks its arguments and changes nothing when they are wrong ----------------------
+
+def _kv():
+    kv = PagedKVCache(2, 4, 4, 2, HEAD_DIM)
+    kv.write(0, [0, 1], torch.ones(2, 2, HEAD_DIM), torch.ones(2, 2, HEAD_DIM))
+    return kv
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda kv: kv.write(0, [3, 3], torch.ones(2, 2, HEAD_DIM), torch.ones(2, 2, HEAD_DIM)), "slot 3 appears twice"),
+    (lambda kv: kv.write(-1, [3], torch.ones(1, 2, HEAD_DIM), torch.ones(1, 2, HEAD_DIM)), "layer is -1: expected an int >= 0 and <= 1"),
+    (lambda kv: kv.write(2, [3], torch.ones(1, 2, HEAD_DIM), torch.ones(1, 2, HEAD_DIM)), "layer is 2"),
+    (lambda kv: kv.write(0, torch.tensor([[3, 4]]), torch.ones(2, 2, HEAD_DIM), torch.ones(2, 2, HEAD_DIM)),
+     r"shape \(1, 2\): expected a 1-D integer tensor"),
+    (lambda kv: kv.write(0, torch.tensor([3.0]), torch.ones(1, 2, HEAD_DIM), torch.ones(1, 2, HEAD_DIM)), "torch.float32 tensor"),
+    (lambda kv: kv.read(0, [-1], 3), "block_table holds block -1: expected 0 <= block < 4"),
+    (lambda kv: kv.read(0, [0, 9], 5), "block_table holds block 9"),
+    (lambda kv: kv.read(5, [0], 1), "layer is 5"),
+    (lambda kv: kv.read(0, [0], -2), "length is -2"),
+    (lambda kv: kv.read(0, [0.5], 1), r"block_table\[0\] is 0.5: expected an int"),
+])
+def test_bad_cache_calls_raise_and_change_nothing(call, message):
+    kv = _kv()
+    before = [t.clone() for t in kv.k + kv.v]
+    with pytest.raises(ValueError, match=message):
+        call(kv)
+    assert all(torch.equal(a, b) for a, b in zip(before, kv.k + kv.v))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((1, 0, 4, 2, 8), "num_blocks is 0: expected an int >= 1"),
+    ((1, 4, 2.5, 2, 8), "block_size is 2.5: expected an int >= 1"),
+    ((1, 4, True, 2, 8), "block_size is True"),
+    ((0, 4, 4, 2, 8), "num_layers is 0"),
+    ((1, 4, 4, -2, 8), "num_kv_heads is -2"),
+])
+def test_cache_constructor_names_the_bad_argument(args, message):
+    with pytest.raises(ValueError, match=message):
+        PagedKVCache(*args)
+
+
+def test_pool_takes_numpy_integers_like_the_runner():
+    import numpy as np
+
+    pool = BlockPool(np.int64(4))
+    blocks = pool.allocate(np.int32(2))
+    pool.share([np.int64(b) for b in blocks])
+    pool.free(np.array(blocks))
+    pool.free(blocks)
+    assert pool.num_free == 4 and all(isinstance(b, int) for b in pool.free_blocks)
