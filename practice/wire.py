@@ -54,6 +54,8 @@ class Proxy:
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):  # Python's own probes never cross
             raise AttributeError(name)
+        if (self._cls, name) in self._ep.methods:  # known to be a method: call it in one request, not two
+            return ProxyMethod(self, name)
         return self._ep.request("getattr", self, name=name)
 
     def __setattr__(self, name, value):
@@ -177,6 +179,7 @@ class Endpoint:
         self.exports: dict[int, object] = {}  # ref id -> our object the peer holds a handle to
         self._export_ids: dict[int, int] = {}  # id(object) -> ref id
         self.proxies: dict[int, Proxy] = {}
+        self.methods: set[tuple[str, str]] = set()  # (class name, attribute) the peer said are methods
         self.deadline: float | None = None
         self._next_req = 0
 
@@ -279,7 +282,10 @@ class Endpoint:
             name = t.get("name")
             if not isinstance(name, str):
                 raise ProtocolError("a method without a name")
-            return ProxyMethod(obj, name) if isinstance(obj, Proxy) else getattr(obj, name)
+            if not isinstance(obj, Proxy):
+                return getattr(obj, name)
+            self.methods.add((obj._cls, name))
+            return ProxyMethod(obj, name)
         torch = _torch()
         if tag == "size" and torch is not None:
             return torch.Size([int(v) for v in self._list(t.get("v"))])
