@@ -124,7 +124,14 @@ def storage(obj, *path):
     Equal before and after a few calls means the object was not reallocated (a preallocated buffer)."""
     from remote import identity
 
-    return identity(obj, list(path))
+    return identity(obj, list(path))[:2]
+
+
+def defined_in(obj) -> tuple:
+    """(module, class name) of the reader's object, or of the reader's class itself: whose code is it?"""
+    from remote import identity
+
+    return identity(obj, [])[2:]
 
 
 def check_shape(got, shape, what: str) -> None:

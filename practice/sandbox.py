@@ -80,7 +80,8 @@ class LearnerEndpoint(wire.Endpoint):
         for step in header.get("path") or []:
             value = value[step] if isinstance(step, int) else getattr(value, str(step))
         pointer = value.untyped_storage().data_ptr() if hasattr(value, "untyped_storage") else None
-        return [id(value), pointer]
+        cls = value if isinstance(value, type) else type(value)
+        return [id(value), pointer, cls.__module__, cls.__qualname__]
 
     def invoke(self, fn, args, kwargs, header):
         """Call fn, remembering its arguments' contents to report any it changes in place."""

@@ -6,7 +6,8 @@
   there and brings the value back. A test module may name the arguments its calls are allowed to
   change in place: `MAY_CHANGE_IN_PLACE = {"running", "waiting"}`; any other change fails the test.
 - `tiny_model`: a random Qwen3 with a 512-token vocabulary, written to a temp folder and loaded once.
-  It stays in the grader: the reader's code can call it and read its layers and config, not change it.
+  It stays in the grader: the reader's code can call it (and `check_token_ids`), read its layers and
+  config, not change it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 import judge_plugin
+from grading import share
 
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16)
@@ -30,4 +32,4 @@ def tiny_model(tmp_path_factory):
     from minillm.model import Transformer
 
     folder = write_checkpoint(tmp_path_factory.mktemp("tiny-qwen3"), TINY, seed=7, with_tokenizer=False)
-    return Transformer.from_pretrained(folder)
+    return share(Transformer.from_pretrained(folder), methods=["check_token_ids"])  # forward_cached calls it
