@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 import remote
-from protocol import (EVENTS_FD_ENV, FILE_ENV, KEY_FD_ENV, PRELOAD_ENV, SOLUTION, STARTER, TARGETS_ENV,
+from learners import RemoteLearner, Zygote
+from protocol import (EVENTS_FD_ENV, FILE_ENV, KEY_FD_ENV, PRELOAD_ENV, SOLUTION, TARGETS_ENV,
                       TIMEOUT_ENV, DEFAULT_TIMEOUT, WRONG_DIR, import_timeout)
 
 
@@ -68,20 +69,20 @@ class Learners:
     """One sandboxed process at a time, for the file the current test grades."""
 
     def __init__(self):
-        self.zygote: remote.Zygote | None = None
-        self.running: dict[str, remote.RemoteLearner] = {}
+        self.zygote: Zygote | None = None
+        self.running: dict[str, RemoteLearner] = {}
         self.load_errors: dict[str, remote.LoadFailed] = {}
         self.failed_targets: set[tuple[str, str]] = set()
 
-    def start_zygote(self) -> remote.Zygote:
+    def start_zygote(self) -> Zygote:
         if self.zygote is None:
             default = "torch,minillm" if importlib.util.find_spec("torch") else ""
             preload = os.environ.get(PRELOAD_ENV, default).split(",")
-            self.zygote = remote.Zygote([m for m in preload if m], forget=EVENTS.key if EVENTS else None)
+            self.zygote = Zygote([m for m in preload if m], forget=EVENTS.key if EVENTS else None)
             emit(event="sandbox", mode=self.zygote.mode, why=self.zygote.why)
         return self.zygote
 
-    def get(self, path: Path) -> remote.RemoteLearner:
+    def get(self, path: Path) -> RemoteLearner:
         key = str(path)
         if key in self.load_errors:
             raise self.load_errors[key]
@@ -90,7 +91,7 @@ class Learners:
             return learner
         self.stop()
         name = "learner_" + re.sub(r"\W", "_", f"{path.parent.name}_{path.stem}")
-        learner = remote.RemoteLearner(self.start_zygote(), path, name)
+        learner = RemoteLearner(self.start_zygote(), path, name)
         try:
             learner.load(import_timeout(timeout()))
         except remote.LoadFailed as e:

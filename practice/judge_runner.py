@@ -61,7 +61,7 @@ class Outcome:
 class Grader:
     """One test process and what it has reported so far."""
 
-    def __init__(self, copy: Path, folders: list[str], timeout: float, env: dict):
+    def __init__(self, copy: Path, folders: list[str], timeout: float, env: dict, index: int = 0):
         self.timeout, self.key, self.seq = timeout, secrets.token_bytes(32), 0
         events_r, events_w = os.pipe()
         key_r, key_w = os.pipe()
@@ -71,7 +71,7 @@ class Grader:
         practice = copy / "practice"
         cmd = [sys.executable, "-I", str(practice / "grader.py"), *[str(practice / "problems" / f) for f in folders],
                "-c", str(practice / "pytest.ini"), "--rootdir", str(practice / "problems"), "-q",
-               "--basetemp", str(copy / "pytest-tmp")]
+               "--basetemp", str(copy / f"pytest-tmp-{index}")]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, cwd=copy, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, pass_fds=(events_w, key_r), start_new_session=True)
@@ -201,7 +201,7 @@ def run_tests(folders: list[Path], timeout: float, file: Path | None = None, tar
             env[TARGETS_ENV] = targets
         names = [Path(f).name for f in folders]
         groups = [names[i::parallel] for i in range(min(parallel, len(names)))] or [[]]
-        graders = [Grader(copy, group, timeout, env) for group in groups]
+        graders = [Grader(copy, group, timeout, env, i) for i, group in enumerate(groups)]
         _watch(graders)
         outcome.finished = True
         for grader in graders:

@@ -6,7 +6,7 @@ has run there), and the zygote forks, for every file to grade, a process that
 1. dies with the zygote, starts its own session, and (where the OS allows) enters new user, mount
    and PID namespaces with a read-only file system and no capabilities (oskit.enter_sandbox);
 2. imports the reader's file;
-3. answers the grader's requests on its socket: calls, attribute reads, method calls (wire.py),
+3. answers the grader's requests on its socket: calls, attribute reads, method calls (rpc.py),
    with each call's printing captured and its arguments checked for in-place changes.
 """
 
@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
 import oskit  # noqa: E402
+import rpc  # noqa: E402
 import wire  # noqa: E402
 from protocol import MAX_STDOUT, SANDBOX_ENV  # noqa: E402
 
@@ -47,7 +48,7 @@ class Capture(io.TextIOBase):
         return len(s)
 
 
-class LearnerEndpoint(wire.Endpoint):
+class LearnerEndpoint(rpc.Endpoint):
     """The reader's side: serves the grader's requests on the reader's objects."""
 
     def __init__(self, sock, path: str):
@@ -87,7 +88,7 @@ class LearnerEndpoint(wire.Endpoint):
         """Call fn, remembering its arguments' contents to report any it changes in place."""
         names = _argument_names(fn, args, kwargs)
         mutable = set(header.get("mutable") or ())
-        watched = {key: wire.fingerprint(self, value) for key, (name, value) in names.items()
+        watched = {key: rpc.fingerprint(self, value) for key, (name, value) in names.items()
                    if name not in mutable and _mutable_value(value)}
         self._calls[header.get("req")] = (names, mutable, watched)
         return fn(*args, **kwargs)
@@ -98,7 +99,7 @@ class LearnerEndpoint(wire.Endpoint):
         if call is None:
             return {}
         names, mutable, watched = call
-        changed = [names[key][0] for key, digest in watched.items() if wire.fingerprint(self, names[key][1]) != digest]
+        changed = [names[key][0] for key, digest in watched.items() if rpc.fingerprint(self, names[key][1]) != digest]
         back = {key: self.enc(value, bufs) for key, (name, value) in names.items()
                 if name in mutable or type(value).__name__ == "Generator"}
         return {"mutated": changed, "back": back}

@@ -1,28 +1,18 @@
 """wire.py — values across the socket between the grader and the reader's process: data, never code.
 
-A message is a JSON header plus raw byte buffers (tensor contents). Values travel as data: numbers,
-strings, lists, tuples, dicts, sets, tensors (dtype, shape, bytes), dtypes, torch generators (their
-state) and minillm's own dataclasses (field by field, rebuilt without running any code). Anything
-else stays where it lives and the other side gets a `Proxy`: a handle whose attribute reads, calls
-and method calls are requests answered by the owner. Decoding never imports, never unpickles and
-never runs code named by the peer, so a hostile peer can send wrong values but not instructions.
-
-Calls nest: while one side waits for a reply it serves the other side's requests, so the reader's
-`generate` can call the grader's model, whose forward calls the reader's cache, and so on.
+Values travel as data: numbers, strings, lists, tuples, dicts, sets, tensors (dtype, shape, bytes),
+dtypes, torch generators (their state) and minillm's own dataclasses (field by field, rebuilt without
+running any code). Anything else stays where it lives and the other side gets a `Proxy`: a handle
+whose attribute reads, calls and method calls are requests answered by the owner (rpc.py). Decoding
+never imports, never unpickles and never runs code named by the peer, so a hostile peer can send
+wrong values but not instructions.
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
-import hashlib
-import json
-import select
-import struct
 import sys
-import time
-
-from protocol import MAX_MESSAGE
 
 
 class ProtocolError(Exception):
@@ -39,90 +29,10 @@ class Deadline(Exception):
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
           "complex64", "complex128")
-_CALL_OPS = ("call", "callmethod")
 
 
 def _torch():
     return sys.modules.get("torch")
-
-
-class Proxy:
-    """An object that lives in the other process; every use is a request to it."""
-
-    __slots__ = ("_ep", "_id", "_cls", "_name", "__weakref__")
-
-    def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__"):  # Python's own probes never cross
-            raise AttributeError(name)
-        if (self._cls, name) in self._ep.methods:  # known to be a method: call it in one request, not two
-            return ProxyMethod(self, name)
-        return self._ep.request("getattr", self, name=name)
-
-    def __setattr__(self, name, value):
-        if name in Proxy.__slots__:
-            object.__setattr__(self, name, value)
-        else:
-            self._ep.request("setattr", self, name=name, args=(value,))
-
-    def __call__(self, *args, **kwargs):
-        return self._ep.request("call", self, args=args, kwargs=kwargs)
-
-    def __len__(self):
-        return self._ep.request("len", self)
-
-    def __iter__(self):
-        return iter(self._ep.request("list", self))
-
-    def __getitem__(self, key):
-        return self._ep.request("getitem", self, args=(key,))
-
-    def __contains__(self, item):
-        return self._ep.request("contains", self, args=(item,))
-
-    def __bool__(self):
-        return self._ep.request("bool", self)
-
-    def __int__(self):
-        return self._ep.request("int", self)
-
-    def __index__(self):
-        return self._ep.request("index", self)
-
-    def __float__(self):
-        return self._ep.request("float", self)
-
-    def __repr__(self):
-        try:
-            return self._ep.request("repr", self)
-        except Exception:  # noqa: BLE001 — the peer may be gone; a message still needs a name
-            return f"<{self._cls} object>"
-
-    def __str__(self):
-        try:
-            return self._ep.request("str", self)
-        except Exception:  # noqa: BLE001
-            return f"<{self._cls} object>"
-
-    def __eq__(self, other):  # the same object, not equal contents: what "the same request" means
-        return self is other
-
-    def __hash__(self):
-        return hash((id(self._ep), self._id))
-
-
-class ProxyMethod:
-    """`obj.method` of a proxy: calling it is one request."""
-
-    __slots__ = ("obj", "name")
-
-    def __init__(self, obj: Proxy, name: str):
-        self.obj, self.name = obj, name
-
-    def __call__(self, *args, **kwargs):
-        return self.obj._ep.request("callmethod", self.obj, name=self.name, args=args, kwargs=kwargs)
-
-    def __repr__(self):
-        return f"<method {self.obj._cls}.{self.name}>"
 
 
 # ---------------------------------------------------------------- exceptions across the wire
@@ -168,22 +78,26 @@ class _MethodRef:
         self.obj, self.name = obj, name
 
 
-# ---------------------------------------------------------------- the endpoint
+# ---------------------------------------------------------------- the codec
 
 
-class Endpoint:
-    """One side of the socket: encodes, decodes, sends requests, and serves the peer's requests."""
+class Codec:
+    """Encodes values into a JSON tree plus byte buffers, and back; what it cannot send by value it exports.
 
-    def __init__(self, sock, side: str):
-        self.sock, self.side, self.peer = sock, side, "L" if side == "G" else "G"
+    What it cannot send by value becomes a handle; the peer's handles become `proxy_type` objects
+    (rpc.Proxy), whose methods are `method_type` (rpc.ProxyMethod).
+    """
+
+    proxy_type: type = type(None)
+    method_type: type = type(None)
+
+    def __init__(self, side: str):
+        self.side, self.peer = side, "L" if side == "G" else "G"
         self.exports: dict[int, object] = {}  # ref id -> our object the peer holds a handle to
         self._export_ids: dict[int, int] = {}  # id(object) -> ref id
-        self.proxies: dict[int, Proxy] = {}
+        self.proxies: dict[int, object] = {}  # ref id -> our proxy of the peer's object
         self.methods: set[tuple[str, str]] = set()  # (class name, attribute) the peer said are methods
-        self.deadline: float | None = None
-        self._next_req = 0
 
-    # ---------------------------------------------------------- values -> trees + buffers
     def enc(self, x, bufs: list, depth: int = 0):
         if depth > 64:
             raise ValueError("the value is nested more than 64 levels deep")
@@ -211,7 +125,7 @@ class Endpoint:
             return self.enc(x.item(), bufs, depth + 1)
         if np is not None and isinstance(x, np.ndarray) and torch is not None:
             return self._enc_tensor(torch.from_numpy(x), bufs)
-        if isinstance(x, Proxy) and x._ep is self:
+        if isinstance(x, self.proxy_type) and x._ep is self:
             return {"t": "ref", "side": self.peer, "id": x._id}
         if isinstance(x, (list, tuple, set, frozenset)):
             kind = "list" if isinstance(x, list) else "tuple" if isinstance(x, tuple) else "set"
@@ -282,10 +196,10 @@ class Endpoint:
             name = t.get("name")
             if not isinstance(name, str):
                 raise ProtocolError("a method without a name")
-            if not isinstance(obj, Proxy):
+            if not isinstance(obj, self.proxy_type):
                 return getattr(obj, name)
             self.methods.add((obj._cls, name))
-            return ProxyMethod(obj, name)
+            return self.method_type(obj, name)
         torch = _torch()
         if tag == "size" and torch is not None:
             return torch.Size([int(v) for v in self._list(t.get("v"))])
@@ -356,15 +270,12 @@ class Endpoint:
             raise ProtocolError("a handle from nowhere")
         proxy = self.proxies.get(ref)
         if proxy is None:
-            proxy = object.__new__(self.proxy_class())
+            proxy = object.__new__(self.proxy_type)
             for slot, value in (("_ep", self), ("_id", ref), ("_cls", str(t.get("cls", "object"))),
                                 ("_name", t.get("name") if isinstance(t.get("name"), str) else None)):
                 object.__setattr__(proxy, slot, value)
             self.proxies[ref] = proxy
         return proxy
-
-    def proxy_class(self) -> type:
-        return Proxy
 
     def _dec_dataclass(self, t: dict, bufs: list, depth: int):
         module, name, fields = sys.modules.get(str(t.get("module"))), str(t.get("name")), t.get("v")
@@ -383,146 +294,3 @@ class Endpoint:
         return obj
 
     # ---------------------------------------------------------- framing
-    def send(self, header: dict, bufs: list) -> None:
-        head = json.dumps(header, separators=(",", ":")).encode()
-        parts = [struct.pack("<II", len(head), len(bufs)), head]
-        for b in bufs:
-            parts += [struct.pack("<Q", len(b)), b]
-        self.sock.sendall(b"".join(parts))
-
-    def recv(self) -> tuple[dict, list]:
-        head_len, nbufs = struct.unpack("<II", self._read(8))
-        if head_len > MAX_MESSAGE or nbufs > 1_000_000:
-            raise ProtocolError(f"a message of {head_len} header bytes and {nbufs} buffers")
-        try:
-            header = json.loads(self._read(head_len))
-        except (ValueError, RecursionError):
-            raise ProtocolError("a message header that is not JSON") from None
-        if not isinstance(header, dict):
-            raise ProtocolError("a message header that is not a mapping")
-        bufs, total = [], head_len
-        for _ in range(nbufs):
-            (size,) = struct.unpack("<Q", self._read(8))
-            total += size
-            if total > MAX_MESSAGE:
-                raise ProtocolError(f"a message larger than {MAX_MESSAGE // 2**20} MiB")
-            bufs.append(self._read(size))
-        return header, bufs
-
-    def _read(self, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            if self.deadline is not None:
-                left = self.deadline - time.monotonic()
-                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
-                    raise Deadline()
-            chunk = self.sock.recv(min(n - len(data), 1 << 22))
-            if not chunk:
-                raise PeerGone()
-            data += chunk
-        return bytes(data)
-
-    # ---------------------------------------------------------- requests and replies
-    def request(self, op: str, target: Proxy | None = None, name: str | None = None, args=(), kwargs=None,
-                **extra):
-        bufs: list = []
-        self._next_req += 1
-        req = self._next_req
-        header = {"op": op, "req": req, **extra}
-        if target is not None:
-            header["ref"] = target._id
-        if name is not None:
-            header["name"] = name
-        if args:
-            header["args"] = [self.enc(a, bufs) for a in args]
-        if kwargs:
-            header["kwargs"] = {str(k): self.enc(v, bufs) for k, v in kwargs.items()}
-        self.send(header, bufs)
-        while True:
-            reply, rbufs = self.recv()
-            if "re" not in reply:
-                self.serve(reply, rbufs)
-                continue
-            if reply["re"] != req:
-                raise ProtocolError("a reply to a request that was not made")
-            return self.take_reply(header, reply, rbufs, args, kwargs or {})
-
-    def take_reply(self, request: dict, reply: dict, bufs: list, args, kwargs):
-        if "err" in reply:
-            raise rebuild_exception(reply["err"] if isinstance(reply["err"], dict) else {})
-        return self.dec(reply.get("ok"), bufs)
-
-    def serve(self, header: dict, bufs: list) -> None:
-        """Answer one request of the peer: the value, or a description of the error it raised."""
-        reply_bufs: list = []
-        try:
-            reply = {"re": header.get("req"), "ok": self.enc(self.dispatch(header, bufs), reply_bufs)}
-        except (PeerGone, Deadline, ProtocolError):
-            raise
-        except BaseException as e:  # noqa: BLE001 — whatever happened is the answer
-            if self.side == "G" and not isinstance(e, Exception):
-                raise  # the grader's own time limit or Ctrl-C
-            reply_bufs.clear()
-            reply = {"re": header.get("req"), "err": self.describe_error(e)}
-        reply.update(self.reply_extra(header, reply_bufs))
-        self.send(reply, reply_bufs)
-
-    def reply_extra(self, header: dict, bufs: list) -> dict:
-        return {}
-
-    def describe_error(self, e: BaseException) -> dict:
-        return {"cls": describe_class(type(e)), "msg": str(e)[:4000]}
-
-    def dispatch(self, header: dict, bufs: list):
-        op = header.get("op")
-        obj = self.exports.get(header["ref"]) if "ref" in header else None
-        if "ref" in header and header["ref"] not in self.exports:
-            raise ProtocolError("a request about an object that was never shared")
-        args = [self.dec(a, bufs) for a in self._list(header.get("args", []))]
-        raw_kwargs = header.get("kwargs", {})
-        if not isinstance(raw_kwargs, dict):
-            raise ProtocolError("keyword arguments that are not a mapping")
-        kwargs = {str(k): self.dec(v, bufs) for k, v in raw_kwargs.items()}
-        name = header.get("name")
-        if op in ("getattr", "setattr", "callmethod") and not isinstance(name, str):
-            raise ProtocolError(f"{op} without an attribute name")
-        self.allow(op, obj, name)
-        if op == "getattr":
-            value = getattr(obj, name)
-            if getattr(value, "__self__", None) is obj and callable(value) and not isinstance(value, type):
-                self.allow("method", obj, name)
-                return _MethodRef(obj, name)
-            self.allow("value", obj, name, value)
-            return value
-        if op == "setattr":
-            setattr(obj, name, args[0])
-            return None
-        if op in _CALL_OPS:
-            fn = obj if op == "call" else getattr(obj, name)
-            return self.invoke(fn, args, kwargs, header)
-        simple = {"len": len, "list": list, "bool": bool, "int": int, "index": lambda o: o.__index__(),
-                  "float": float, "repr": repr, "str": str}
-        if op in simple:
-            return simple[op](obj)
-        if op == "getitem":
-            return obj[args[0]]
-        if op == "contains":
-            return args[0] in obj
-        raise ProtocolError(f"unknown request {op!r}")
-
-    def allow(self, op: str, obj, name=None, value=None) -> None:
-        """Raise if the peer may not do this (the grader restricts what the reader's code may touch)."""
-
-    def invoke(self, fn, args, kwargs, header):
-        return fn(*args, **kwargs)
-
-
-def fingerprint(ep: Endpoint, value) -> str:
-    """A digest of a value as it would travel: equal digests, equal contents (tensors byte for byte)."""
-    bufs: list = []
-    tree = ep.enc(value, bufs)
-    h = hashlib.sha256(json.dumps(tree, sort_keys=True).encode())
-    for b in bufs:
-        h.update(struct.pack("<Q", len(b)))
-        h.update(b)
-    return h.hexdigest()
