@@ -2,7 +2,7 @@
 
 For every exercise: the reference solution passes every test; the starter fails every test; every
 plausible wrong answer in wrong/ (typical mistakes, and one that hard-codes the example's numbers)
-fails at least one; the starter and the wrong answers have exactly the solution's API; problem.md
+fails the test its docstring names ("Caught by: test_x."; only that test runs for it); the starter and the wrong answers have exactly the solution's API; problem.md
 has its front matter and hints. The run itself is verified: the judge's files are byte-identical
 after it, and the output says so.
 """
@@ -10,6 +10,7 @@ after it, and the output says so.
 from __future__ import annotations
 
 import ast
+import re
 import time
 
 from exercises import FIELDS, Exercise, find, front_matter, missing_requirement, section
@@ -56,8 +57,9 @@ def cmd_check(exercises: list[Exercise], args) -> int:
                     first = (failed[0].get("message") or "").strip().splitlines() or [""]
                     notes.append(f"{WRONG_DIR}/{name}.py: caught by {failed[0]['name']}: {first[0][:150]}")
             else:
-                errors.append(f"{WRONG_DIR}/{name}.py passes every test: the tests miss this mistake "
-                              f"({_first_line(ex, name)})")
+                ran = sorted({r["name"].split("[")[0] for r in runs}) or ["no test"]
+                errors.append(f"{WRONG_DIR}/{name}.py passes {', '.join(ran)}, which should catch it: the tests "
+                              f"miss this mistake ({_first_line(ex, name)})")
         sol_ok = sum(r["outcome"] == "passed" for r in sol)
         sta_failed = sum(r["outcome"] != "passed" for r in sta)
         verdict = Style.paint("ok", "32") if not errors else Style.paint("PROBLEM", "31")
@@ -120,6 +122,8 @@ def static_errors(ex: Exercise) -> list[str]:
     wrong = sorted((ex.folder / WRONG_DIR).glob("*.py"))
     if not any(p.stem.startswith(HARDCODED) for p in wrong):
         errors.append(f"no {WRONG_DIR}/{HARDCODED}*.py: a wrong answer that fits only the example's numbers")
+    tests = {node.name for path in ex.folder.glob("test_*.py")
+             for node in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(node, ast.FunctionDef)}
     apis = {}
     for path in [ex.folder / "solution.py", ex.folder / "starter.py", *wrong]:
         name = path.relative_to(ex.folder).as_posix()
@@ -129,8 +133,15 @@ def static_errors(ex: Exercise) -> list[str]:
             errors.append(f"{name}: {e}")
             continue
         apis[name] = public_api(tree)
-        if path.parent.name == WRONG_DIR and not ast.get_docstring(tree):
-            errors.append(f"{name} has no docstring saying which mistake it makes")
+        if path.parent.name == WRONG_DIR:
+            doc = ast.get_docstring(tree) or ""
+            caught = re.search(r"^Caught by: (test_\w+)", doc, re.MULTILINE)
+            if not doc.startswith("Wrong: "):
+                errors.append(f"{name} has no docstring starting 'Wrong: ' to say which mistake it makes")
+            elif not caught:
+                errors.append(f"{name}'s docstring names no test ('Caught by: test_...') that must catch it")
+            elif caught.group(1) not in tests:
+                errors.append(f"{name} should be caught by {caught.group(1)}, which is not a test of this exercise")
     reference = apis.get("solution.py")
     for name, api in apis.items():
         if reference is not None and api != reference:

@@ -10,6 +10,7 @@ starter, each wrong answer), and stops a wrong answer at its first failure.
 
 from __future__ import annotations
 
+import ast
 import hmac
 import importlib
 import importlib.util
@@ -66,11 +67,13 @@ def timeout() -> float:
 
 
 class Learners:
-    """One sandboxed process at a time, for the file the current test grades."""
+    """One sandboxed process at a time: the current exercise's, importing the files its tests grade."""
 
     def __init__(self):
         self.zygote: Zygote | None = None
-        self.running: dict[str, RemoteLearner] = {}
+        self.process: RemoteLearner | None = None
+        self.exercise: str | None = None
+        self.modules: dict[str, object] = {}  # file -> its module's proxy, in the running process
         self.load_errors: dict[str, remote.LoadFailed] = {}
         self.failed_targets: set[tuple[str, str]] = set()
 
@@ -82,28 +85,31 @@ class Learners:
             emit(event="sandbox", mode=self.zygote.mode, why=self.zygote.why)
         return self.zygote
 
-    def get(self, path: Path) -> RemoteLearner:
+    def get(self, path: Path, exercise: str) -> tuple[RemoteLearner, object]:
+        """The process and the module of `path`: a new process for a new exercise or after a crash or time-out."""
         key = str(path)
         if key in self.load_errors:
             raise self.load_errors[key]
-        learner = self.running.get(key)
-        if learner is not None and learner.alive:
-            return learner
-        self.stop()
-        name = "learner_" + re.sub(r"\W", "_", f"{path.parent.name}_{path.stem}")
-        learner = RemoteLearner(self.start_zygote(), path, name)
+        name = "learner_" + re.sub(r"\W", "_", f"{exercise}_{path.parent.name}_{path.stem}")
+        alive = self.process is not None and self.process.alive and self.exercise == exercise
         try:
-            learner.load(import_timeout(timeout()))
+            if alive and key in self.modules:
+                return self.process, self.modules[key]
+            if alive:
+                self.modules[key] = self.process.load_another(path, name, import_timeout(timeout()))
+                return self.process, self.modules[key]
+            self.stop()
+            self.process, self.exercise = RemoteLearner(self.start_zygote(), path, name), exercise
+            self.modules = {key: self.process.load(import_timeout(timeout()))}
+            return self.process, self.modules[key]
         except remote.LoadFailed as e:
             self.load_errors[key] = e
             raise
-        self.running[key] = learner
-        return learner
 
     def stop(self) -> None:
-        for learner in self.running.values():
-            learner.stop()
-        self.running.clear()
+        if self.process is not None:
+            self.process.stop()
+        self.process, self.modules = None, {}
 
     def close(self) -> None:
         self.stop()
@@ -139,11 +145,11 @@ def learner_for(request):
     """The `learner` fixture: the module proxy of the file this test grades."""
     folder = Path(str(request.fspath)).parent
     target = getattr(request, "param", "file" if os.environ.get(FILE_ENV) else SOLUTION)
-    learner = LEARNERS.get(target_path(folder, target))
+    learner, module = LEARNERS.get(target_path(folder, target), folder.name)
     learner.mutable = tuple(getattr(request.module, "MAY_CHANGE_IN_PLACE", ()))
     learner.printed = ""
     CURRENT[0] = learner
-    return learner.module
+    return module
 
 
 # ---------------------------------------------------------------- pytest hooks
@@ -162,7 +168,7 @@ def pytest_sessionstart(session):
         return
     emit(event="load_start", file=chosen)
     try:
-        LEARNERS.get(Path(chosen).resolve())
+        LEARNERS.get(Path(chosen).resolve(), Path(session.config.args[0]).name if session.config.args else "")
     except remote.LoadFailed as e:
         emit(event="load_error", **e.info)
         LEARNERS.close()
@@ -192,13 +198,30 @@ def _name(item) -> str:
     return match.group(1) + (f"[{'-'.join(rest)}]" if rest else "")
 
 
+def catcher(folder: Path, target: str) -> str | None:
+    """The test a wrong answer names as the one that catches it ("Caught by: test_x." in its docstring)."""
+    if not target.startswith(WRONG_DIR + "/"):
+        return None
+    try:
+        doc = ast.get_docstring(ast.parse((folder / f"{target}.py").read_text(encoding="utf-8"))) or ""
+    except (OSError, SyntaxError):
+        return None
+    match = re.search(r"^Caught by: (test_\w+)", doc, re.MULTILINE)
+    return match.group(1) if match else None
+
+
 def pytest_collection_modifyitems(session, config, items):
-    order = {}
+    """Each target's tests in file order; a wrong answer runs only the test it names as its catcher."""
+    order, kept, dropped = {}, [], []
     for item in items:
-        targets = targets_for(Path(str(item.fspath)).parent) or ["file"]
-        order[item.nodeid] = (Path(str(item.fspath)).parent.name, targets.index(_target(item))
-                              if _target(item) in targets else 0)
-    items.sort(key=lambda item: order[item.nodeid])  # stable: each target's tests in file order
+        folder = Path(str(item.fspath)).parent
+        targets = targets_for(folder) or ["file"]
+        order[item.nodeid] = (folder.name, targets.index(_target(item)) if _target(item) in targets else 0)
+        wanted = catcher(folder, _target(item))
+        (dropped if wanted and item.originalname != wanted else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = sorted(kept, key=lambda item: order[item.nodeid])  # stable: file order within a target
 
 
 def _test_id(item) -> dict:

@@ -53,7 +53,7 @@ class LearnerEndpoint(rpc.Endpoint):
 
     def __init__(self, sock, path: str):
         super().__init__(sock, "L")
-        self.path = path
+        self.paths = {path}  # the reader's files loaded here (`check` loads a folder's files one after another)
         self.capture: Capture | None = None
         self._calls: dict = {}  # request id -> (argument names, names allowed to change, digests before)
 
@@ -75,6 +75,15 @@ class LearnerEndpoint(rpc.Endpoint):
         super().send(header, bufs)
 
     def dispatch(self, header, bufs):
+        if header.get("op") == "load":  # another file of the same exercise, in this process
+            path, name = str(header.get("path")), str(header.get("name"))
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise wire.ProtocolError("bad module name")
+            self.paths.add(path)
+            try:
+                return load(path, name)
+            except BaseException as e:  # noqa: BLE001 — described, as at start-up
+                return {"load_error": describe_load_error(e, self.paths)}
         if header.get("op") != "identity":
             return super().dispatch(header, bufs)
         value = self.exports.get(header.get("ref"))
@@ -106,7 +115,7 @@ class LearnerEndpoint(rpc.Endpoint):
 
     def describe_error(self, e):
         info = super().describe_error(e)
-        info["frames"] = learner_frames(e, self.path)
+        info["frames"] = learner_frames(e, self.paths)
         if isinstance(e, AttributeError) and isinstance(getattr(e, "obj", None), type(sys)):
             info["missing"] = getattr(e, "name", None)
         return info
@@ -129,21 +138,21 @@ def _mutable_value(value) -> bool:
     return type(value).__name__ in ("Tensor", "Parameter") or isinstance(value, tuple) and any(map(_mutable_value, value))
 
 
-def learner_frames(e: BaseException, path: str) -> list[dict]:
-    """The lines of the reader's file in the traceback, innermost last."""
+def learner_frames(e: BaseException, paths: set[str]) -> list[dict]:
+    """The lines of the reader's files in the traceback, innermost last."""
     frames = []
     for frame in traceback.extract_tb(e.__traceback__):
-        if os.path.abspath(frame.filename) == path:
+        if os.path.abspath(frame.filename) in paths:
             frames.append({"file": frame.filename, "line": frame.lineno, "code": (frame.line or "").strip(),
                            "function": frame.name})
     return frames
 
 
-def describe_load_error(e: BaseException, path: str) -> dict:
+def describe_load_error(e: BaseException, paths: set[str]) -> dict:
     if isinstance(e, SyntaxError):
-        return {"kind": "syntax", "message": f"{type(e).__name__}: {e.msg}", "file": e.filename or path,
+        return {"kind": "syntax", "message": f"{type(e).__name__}: {e.msg}", "file": e.filename,
                 "line": e.lineno, "code": (e.text or "").rstrip("\n"), "column": e.offset}
-    frames = learner_frames(e, path)
+    frames = learner_frames(e, paths)
     where = frames[-1] if frames else {}
     kind = "import" if isinstance(e, ImportError) else "exception"
     return {"kind": kind, "message": f"{type(e).__name__}: {e}", **where}
@@ -180,7 +189,7 @@ def run_learner(sock_fd: int, err_fd: int, path: str, name: str) -> None:
         sys.stdout = io.StringIO()
         ep.send({"loaded": ep.enc(module, bufs), "out": capture.text}, bufs)
     except BaseException as e:  # noqa: BLE001 — whatever the file does, the grader gets a description
-        ep.send({"load_error": describe_load_error(e, path)}, [])
+        ep.send({"load_error": describe_load_error(e, ep.paths)}, [])
         os._exit(0)
     try:
         while True:

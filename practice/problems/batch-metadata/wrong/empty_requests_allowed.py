@@ -1,4 +1,7 @@
-"""Wrong: lets a request with 0 new tokens through."""
+"""Wrong: lets a request with 0 new tokens through.
+
+Caught by: test_a_bad_request_raises_value_error_naming_its_value.
+"""
 
 
 def batch_metadata(num_computed: list[int], num_new: list[int], need_logits: list[bool]) -> dict[str, list[int]]:

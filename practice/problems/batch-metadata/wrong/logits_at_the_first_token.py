@@ -1,4 +1,7 @@
-"""Wrong: takes the logits of a request's first new token instead of its last."""
+"""Wrong: takes the logits of a request's first new token instead of its last.
+
+Caught by: test_logits_at_the_last_token_of_each_sampling_request.
+"""
 
 
 def batch_metadata(num_computed: list[int], num_new: list[int], need_logits: list[bool]) -> dict[str, list[int]]:

@@ -1,4 +1,7 @@
-"""Wrong: returns the B ends of the requests instead of B + 1 offsets from 0."""
+"""Wrong: returns the B ends of the requests instead of B + 1 offsets from 0.
+
+Caught by: test_query_start_loc_is_a_running_sum_from_zero.
+"""
 
 
 def batch_metadata(num_computed: list[int], num_new: list[int], need_logits: list[bool]) -> dict[str, list[int]]:

@@ -1,4 +1,7 @@
-"""Wrong: numbers every request's new tokens from 0, ignoring what is cached."""
+"""Wrong: numbers every request's new tokens from 0, ignoring what is cached.
+
+Caught by: test_positions_continue_after_the_cached_tokens.
+"""
 
 
 def batch_metadata(num_computed: list[int], num_new: list[int], need_logits: list[bool]) -> dict[str, list[int]]:

@@ -1,4 +1,7 @@
-"""Wrong: gives the new tokens as the context length."""
+"""Wrong: gives the new tokens as the context length.
+
+Caught by: test_seq_lens_count_cached_and_new_tokens.
+"""
 
 
 def batch_metadata(num_computed: list[int], num_new: list[int], need_logits: list[bool]) -> dict[str, list[int]]:

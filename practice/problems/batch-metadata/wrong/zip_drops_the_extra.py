@@ -1,4 +1,7 @@
-"""Wrong: does not compare the lengths: zip quietly drops what does not pair up."""
+"""Wrong: does not compare the lengths: zip quietly drops what does not pair up.
+
+Caught by: test_lists_of_different_lengths_raise_value_error.
+"""
 
 
 def batch_metadata(num_computed: list[int], num_new: list[int], need_logits: list[bool]) -> dict[str, list[int]]:

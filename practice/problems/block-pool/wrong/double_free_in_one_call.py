@@ -1,4 +1,7 @@
-"""Wrong: checks each block against its owners but not how often it appears in one call."""
+"""Wrong: checks each block against its owners but not how often it appears in one call.
+
+Caught by: test_double_free_raises_naming_the_block_and_changes_nothing.
+"""
 
 from collections import Counter, deque
 

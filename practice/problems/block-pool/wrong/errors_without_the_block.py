@@ -1,4 +1,7 @@
-"""Wrong: raises the right errors without saying which block is at fault."""
+"""Wrong: raises the right errors without saying which block is at fault.
+
+Caught by: test_double_free_raises_naming_the_block_and_changes_nothing.
+"""
 
 from collections import Counter, deque
 

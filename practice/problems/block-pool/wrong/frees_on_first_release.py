@@ -1,4 +1,7 @@
-"""Wrong: returns a shared block to the pool as soon as one owner frees it."""
+"""Wrong: returns a shared block to the pool as soon as one owner frees it.
+
+Caught by: test_shared_block_returns_after_its_last_owner.
+"""
 
 from collections import Counter, deque
 

@@ -1,4 +1,7 @@
-"""Wrong: keeps the example's four blocks, whatever num_blocks is."""
+"""Wrong: keeps the example's four blocks, whatever num_blocks is.
+
+Caught by: test_allocate_returns_distinct_valid_blocks.
+"""
 
 from collections import Counter, deque
 

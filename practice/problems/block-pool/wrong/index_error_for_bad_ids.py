@@ -1,4 +1,7 @@
-"""Wrong: lets a bad id fail as IndexError from the list instead of a ValueError."""
+"""Wrong: lets a bad id fail as IndexError from the list instead of a ValueError.
+
+Caught by: test_block_ids_outside_the_pool_raise_value_error_naming_them.
+"""
 
 from collections import Counter, deque
 

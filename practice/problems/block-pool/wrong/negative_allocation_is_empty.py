@@ -1,4 +1,7 @@
-"""Wrong: answers [] for allocate(-2) instead of raising ValueError."""
+"""Wrong: answers [] for allocate(-2) instead of raising ValueError.
+
+Caught by: test_negative_allocation_raises_value_error_naming_it.
+"""
 
 from collections import Counter, deque
 

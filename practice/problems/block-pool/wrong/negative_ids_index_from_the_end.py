@@ -1,4 +1,7 @@
-"""Wrong: checks only id < num_blocks, so -1 reaches the last block through Python's indexing."""
+"""Wrong: checks only id < num_blocks, so -1 reaches the last block through Python's indexing.
+
+Caught by: test_block_ids_outside_the_pool_raise_value_error_naming_them.
+"""
 
 from collections import Counter, deque
 

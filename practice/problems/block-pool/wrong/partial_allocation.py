@@ -1,4 +1,7 @@
-"""Wrong: takes blocks one by one and raises when they run out, keeping the ones it took."""
+"""Wrong: takes blocks one by one and raises when they run out, keeping the ones it took.
+
+Caught by: test_allocation_is_all_or_nothing.
+"""
 
 from collections import Counter, deque
 

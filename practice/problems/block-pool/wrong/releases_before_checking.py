@@ -1,4 +1,7 @@
-"""Wrong: releases blocks as it checks them, so a bad block at the end leaves the good ones freed."""
+"""Wrong: releases blocks as it checks them, so a bad block at the end leaves the good ones freed.
+
+Caught by: test_double_free_raises_naming_the_block_and_changes_nothing.
+"""
 
 from collections import Counter, deque
 

@@ -1,4 +1,7 @@
-"""Wrong: lets a free block be shared, so it has owners but stays in the free list."""
+"""Wrong: lets a free block be shared, so it has owners but stays in the free list.
+
+Caught by: test_block_ids_outside_the_pool_raise_value_error_naming_them.
+"""
 
 from collections import Counter, deque
 

@@ -1,4 +1,7 @@
-"""Wrong: checks each request as it builds it: the error comes, but only after the earlier requests were built."""
+"""Wrong: checks each request as it builds it: the error comes, but only after the earlier requests were built.
+
+Caught by: test_short_block_table_raises_value_error_naming_the_request.
+"""
 
 import torch
 

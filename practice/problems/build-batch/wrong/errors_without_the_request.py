@@ -1,4 +1,7 @@
-"""Wrong: refuses a bad batch without saying which request is at fault."""
+"""Wrong: refuses a bad batch without saying which request is at fault.
+
+Caught by: test_short_block_table_raises_value_error_naming_the_request.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: builds the tensors with torch.tensor(list): an empty list gives float32."""
+"""Wrong: builds the tensors with torch.tensor(list): an empty list gives float32.
+
+Caught by: test_tensors_are_long_even_when_empty.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: computes slots with the example's block size of 4 and stores 4 as block_size."""
+"""Wrong: computes slots with the example's block size of 4 and stores 4 as block_size.
+
+Caught by: test_slot_mapping_goes_through_each_block_table.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: builds int32 index tensors instead of torch.long."""
+"""Wrong: builds int32 index tensors instead of torch.long.
+
+Caught by: test_chapter_step_metadata.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: takes each sampling request's first new token instead of its last."""
+"""Wrong: takes each sampling request's first new token instead of its last.
+
+Caught by: test_chapter_step_metadata.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: does not check the block table, so a short one fails later as an IndexError."""
+"""Wrong: does not check the block table, so a short one fails later as an IndexError.
+
+Caught by: test_short_block_table_raises_value_error_naming_the_request.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: numbers every request's new tokens from 0, ignoring num_computed."""
+"""Wrong: numbers every request's new tokens from 0, ignoring num_computed.
+
+Caught by: test_chapter_step_metadata.
+"""
 
 import torch
 

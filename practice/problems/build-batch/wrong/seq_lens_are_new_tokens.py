@@ -1,4 +1,7 @@
-"""Wrong: gives the new tokens as the context length."""
+"""Wrong: gives the new tokens as the context length.
+
+Caught by: test_chapter_step_metadata.
+"""
 
 import torch
 

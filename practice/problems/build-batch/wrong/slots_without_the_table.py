@@ -1,4 +1,7 @@
-"""Wrong: uses the position as the slot, as if every request owned blocks 0, 1, 2, ..."""
+"""Wrong: uses the position as the slot, as if every request owned blocks 0, 1, 2, ...
+
+Caught by: test_chapter_step_metadata.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: calls the block's own forward instead of writing the attention."""
+"""Wrong: calls the block's own forward instead of writing the attention.
+
+Caught by: test_uses_the_blocks_layers_and_writes_the_attention_itself.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: repeats each KV head twice, the example's group size, whatever the heads are."""
+"""Wrong: repeats each KV head twice, the example's group size, whatever the heads are.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: takes head_dim = hidden // num_heads, which Qwen3 does not promise."""
+"""Wrong: takes head_dim = hidden // num_heads, which Qwen3 does not promise.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: gives query head h the KV head h % num_kv_heads instead of h // group."""
+"""Wrong: gives query head h the KV head h % num_kv_heads instead of h // group.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: masks a token's own key too (triu(diagonal=0)), so the first token sees nothing."""
+"""Wrong: masks a token's own key too (triu(diagonal=0)), so the first token sees nothing.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

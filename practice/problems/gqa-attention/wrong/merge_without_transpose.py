@@ -1,4 +1,7 @@
-"""Wrong: merges the heads from [B, H, T, hd] without moving T back in front."""
+"""Wrong: merges the heads from [B, H, T, hd] without moving T back in front.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

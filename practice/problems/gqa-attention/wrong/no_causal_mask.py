@@ -1,4 +1,7 @@
-"""Wrong: lets every token see the whole sequence, future included."""
+"""Wrong: lets every token see the whole sequence, future included.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: rotates first and normalises after: QK-norm belongs before RoPE."""
+"""Wrong: rotates first and normalises after: QK-norm belongs before RoPE.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: k.repeat(...) interleaves the groups: query head 1 reads KV head 1, not 0."""
+"""Wrong: k.repeat(...) interleaves the groups: query head 1 reads KV head 1, not 0.
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: divides the scores by head_dim instead of sqrt(head_dim)."""
+"""Wrong: divides the scores by head_dim instead of sqrt(head_dim).
+
+Caught by: test_matches_the_reference_for_any_grouping.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: raises ValueError for a negative budget without saying which budget."""
+"""Wrong: raises ValueError for a negative budget without saying which budget.
+
+Caught by: test_negative_budget_raises_value_error_naming_it.
+"""
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: divides with / and truncates: floats lose whole tokens for budgets beyond 2**53 bytes."""
+"""Wrong: divides with / and truncates: floats lose whole tokens for budgets beyond 2**53 bytes.
+
+Caught by: test_random_budgets_hold_whole_tokens.
+"""
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: fits the example (8 KV heads of 128, as in Qwen3-0.6B) instead of reading the config."""
+"""Wrong: fits the example (8 KV heads of 128, as in Qwen3-0.6B) instead of reading the config.
+
+Caught by: test_missing_fields_fall_back_to_one_kv_head_per_query_head.
+"""
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: forgets the values: the factor 2 is missing."""
+"""Wrong: forgets the values: the factor 2 is missing.
+
+Caught by: test_counts_keys_and_values.
+"""
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:

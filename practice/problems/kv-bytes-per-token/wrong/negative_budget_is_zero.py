@@ -1,4 +1,7 @@
-"""Wrong: answers 0 for a negative budget instead of raising ValueError."""
+"""Wrong: answers 0 for a negative budget instead of raising ValueError.
+
+Caught by: test_negative_budget_raises_value_error_naming_it.
+"""
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:

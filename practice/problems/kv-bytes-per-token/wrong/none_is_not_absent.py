@@ -1,4 +1,7 @@
-"""Wrong: handles an absent num_key_value_heads but not one set to None."""
+"""Wrong: handles an absent num_key_value_heads but not one set to None.
+
+Caught by: test_missing_fields_fall_back_to_one_kv_head_per_query_head.
+"""
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:

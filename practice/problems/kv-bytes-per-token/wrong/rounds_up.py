@@ -1,4 +1,7 @@
-"""Wrong: rounds the number of tokens up: a token that does not fit is counted."""
+"""Wrong: rounds the number of tokens up: a token that does not fit is counted.
+
+Caught by: test_max_cached_tokens_rounds_down.
+"""
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: stores the new K/V but attends over the new tokens only, as if there were no cache."""
+"""Wrong: stores the new K/V but attends over the new tokens only, as if there were no cache.
+
+Caught by: test_attend_sees_the_whole_history.
+"""
 
 import torch
 

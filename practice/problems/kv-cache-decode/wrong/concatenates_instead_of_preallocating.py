@@ -1,4 +1,7 @@
-"""Wrong: grows each layer's tensors with torch.cat on every update."""
+"""Wrong: grows each layer's tensors with torch.cat on every update.
+
+Caught by: test_history_is_written_into_the_buffers.
+"""
 
 import torch
 

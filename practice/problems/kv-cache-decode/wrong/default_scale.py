@@ -1,4 +1,7 @@
-"""Wrong: scales by 1/sqrt(head_dim) instead of the scale the model passes."""
+"""Wrong: scales by 1/sqrt(head_dim) instead of the scale the model passes.
+
+Caught by: test_attend_sees_the_whole_history.
+"""
 
 import torch
 

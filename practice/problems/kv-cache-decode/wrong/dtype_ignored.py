@@ -1,4 +1,7 @@
-"""Wrong: always allocates float32 buffers."""
+"""Wrong: always allocates float32 buffers.
+
+Caught by: test_buffers_are_preallocated_per_layer.
+"""
 
 import torch
 

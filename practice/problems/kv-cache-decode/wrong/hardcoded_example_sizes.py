@@ -1,4 +1,7 @@
-"""Wrong: builds the example's buffers (16 positions, 2 KV heads of 16) whatever the arguments say."""
+"""Wrong: builds the example's buffers (16 positions, 2 KV heads of 16) whatever the arguments say.
+
+Caught by: test_buffers_are_preallocated_per_layer.
+"""
 
 import torch
 

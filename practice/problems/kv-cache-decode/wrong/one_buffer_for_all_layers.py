@@ -1,4 +1,7 @@
-"""Wrong: shares one K and one V buffer between all layers."""
+"""Wrong: shares one K and one V buffer between all layers.
+
+Caught by: test_decode_steps_match_a_full_recompute.
+"""
 
 import torch
 

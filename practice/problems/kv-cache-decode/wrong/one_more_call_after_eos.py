@@ -1,4 +1,7 @@
-"""Wrong: runs the decode step for the next token before noticing eos."""
+"""Wrong: runs the decode step for the next token before noticing eos.
+
+Caught by: test_generate_stops_after_eos.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: re-runs the whole sequence with a fresh cache at every step."""
+"""Wrong: re-runs the whole sequence with a fresh cache at every step.
+
+Caught by: test_generate_runs_one_prefill_then_one_token_per_step.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: returns the new K/V instead of the whole history."""
+"""Wrong: returns the new K/V instead of the whole history.
+
+Caught by: test_update_returns_the_whole_history.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: returns the prompt followed by the new tokens."""
+"""Wrong: returns the prompt followed by the new tokens.
+
+Caught by: test_generate_matches_generation_without_a_cache.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: masks as if the new tokens started at position 0, so a decode step sees only the first key."""
+"""Wrong: masks as if the new tokens started at position 0, so a decode step sees only the first key.
+
+Caught by: test_attend_sees_the_whole_history.
+"""
 
 import torch
 

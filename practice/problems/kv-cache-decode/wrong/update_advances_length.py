@@ -1,4 +1,7 @@
-"""Wrong: counts the new tokens in update, so every layer after the first writes further along."""
+"""Wrong: counts the new tokens in update, so every layer after the first writes further along.
+
+Caught by: test_length_counts_tokens_not_layer_calls.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: generates with minillm's own KVCache instead of the one written here."""
+"""Wrong: generates with minillm's own KVCache instead of the one written here.
+
+Caught by: test_generate_uses_one_of_your_caches.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: writes what fits, then raises: a refused update has changed the cache."""
+"""Wrong: writes what fits, then raises: a refused update has changed the cache.
+
+Caught by: test_overflow_raises_value_error_and_keeps_the_cache.
+"""
 
 import torch
 

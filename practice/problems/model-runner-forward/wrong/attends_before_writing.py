@@ -1,4 +1,7 @@
-"""Wrong: attends first and writes after, so the new tokens do not see themselves."""
+"""Wrong: attends first and writes after, so the new tokens do not see themselves.
+
+Caught by: test_prefill_logits_match_single_sequence_reference.
+"""
 
 import torch
 

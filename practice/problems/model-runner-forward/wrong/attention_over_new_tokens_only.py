@@ -1,4 +1,7 @@
-"""Wrong: writes the K/V but attends over each request's new tokens only."""
+"""Wrong: writes the K/V but attends over each request's new tokens only.
+
+Caught by: test_mixed_step_matches_single_sequence_reference.
+"""
 
 import torch
 

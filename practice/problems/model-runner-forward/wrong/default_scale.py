@@ -1,4 +1,7 @@
-"""Wrong: scales by 1/sqrt(head_dim) instead of the scale the model passes."""
+"""Wrong: scales by 1/sqrt(head_dim) instead of the scale the model passes.
+
+Caught by: test_backend_attend_writes_then_attends.
+"""
 
 import torch
 

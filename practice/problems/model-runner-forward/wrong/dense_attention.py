@@ -1,4 +1,7 @@
-"""Wrong: leaves the backend out: the model's default attention mixes the requests and keeps no cache."""
+"""Wrong: leaves the backend out: the model's default attention mixes the requests and keeps no cache.
+
+Caught by: test_prefill_logits_match_single_sequence_reference.
+"""
 
 import torch
 

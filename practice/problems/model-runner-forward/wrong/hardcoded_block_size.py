@@ -1,4 +1,7 @@
-"""Wrong: computes its own slots with the example's block size of 4 instead of using slot_mapping."""
+"""Wrong: computes its own slots with the example's block size of 4 instead of using slot_mapping.
+
+Caught by: test_backend_attend_writes_then_attends.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: numbers the flat batch 0..N-1 instead of giving each token its own position."""
+"""Wrong: numbers the flat batch 0..N-1 instead of giving each token its own position.
+
+Caught by: test_mixed_step_matches_single_sequence_reference.
+"""
 
 import torch
 

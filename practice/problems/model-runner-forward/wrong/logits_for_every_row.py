@@ -1,4 +1,7 @@
-"""Wrong: runs the output layer on all N rows and picks the sampled ones afterwards."""
+"""Wrong: runs the output layer on all N rows and picks the sampled ones afterwards.
+
+Caught by: test_one_model_call_with_positions_backend_and_logits_rows.
+"""
 
 import torch
 

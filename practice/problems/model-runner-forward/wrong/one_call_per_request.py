@@ -1,4 +1,7 @@
-"""Wrong: calls the model once per request instead of once for the whole batch."""
+"""Wrong: calls the model once per request instead of once for the whole batch.
+
+Caught by: test_one_model_call_with_positions_backend_and_logits_rows.
+"""
 
 import torch
 

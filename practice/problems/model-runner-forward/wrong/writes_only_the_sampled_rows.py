@@ -1,4 +1,7 @@
-"""Wrong: writes the K/V of the last token of each request only."""
+"""Wrong: writes the K/V of the last token of each request only.
+
+Caught by: test_prefill_logits_match_single_sequence_reference.
+"""
 
 import torch
 

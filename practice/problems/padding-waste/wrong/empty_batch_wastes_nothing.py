@@ -1,4 +1,7 @@
-"""Wrong: answers 0 for an empty batch instead of raising ValueError."""
+"""Wrong: answers 0 for an empty batch instead of raising ValueError.
+
+Caught by: test_empty_batches_and_requests_raise_value_error_naming_them.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: raises ValueError without saying which length is wrong."""
+"""Wrong: raises ValueError without saying which length is wrong.
+
+Caught by: test_empty_batches_and_requests_raise_value_error_naming_them.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: answers the chapter's mix from memory and guesses 0 padding otherwise."""
+"""Wrong: answers the chapter's mix from memory and guesses 0 padding otherwise.
+
+Caught by: test_random_batches_follow_the_formulas.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: returns B offsets (the ends) instead of B + 1 starting at 0."""
+"""Wrong: returns B offsets (the ends) instead of B + 1 starting at 0.
+
+Caught by: test_pack_lays_tokens_end_to_end.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: counts the real tokens as the padded work."""
+"""Wrong: counts the real tokens as the padded work.
+
+Caught by: test_padded_batch_is_b_times_the_longest.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: puts the padding before the tokens."""
+"""Wrong: puts the padding before the tokens.
+
+Caught by: test_pad_fills_on_the_right.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

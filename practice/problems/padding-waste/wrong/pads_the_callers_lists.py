@@ -1,4 +1,7 @@
-"""Wrong: appends the padding to the caller's own lists."""
+"""Wrong: appends the padding to the caller's own lists.
+
+Caught by: test_pad_fills_on_the_right.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: returns padded / real - 1, a ratio to the real tokens, not a fraction of the padded work."""
+"""Wrong: returns padded / real - 1, a ratio to the real tokens, not a fraction of the padded work.
+
+Caught by: test_chapter_mix_wastes_84_percent.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: splits the flat list into equal parts instead of following query_start_loc."""
+"""Wrong: splits the flat list into equal parts instead of following query_start_loc.
+
+Caught by: test_random_batches_pad_pack_and_unpack.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: accepts requests with 0 tokens."""
+"""Wrong: accepts requests with 0 tokens.
+
+Caught by: test_empty_batches_and_requests_raise_value_error_naming_them.
+"""
 
 
 def _check(query_lens: list[int]) -> None:

@@ -1,4 +1,7 @@
-"""Wrong: lets a request's queries see the context of every request in the batch."""
+"""Wrong: lets a request's queries see the context of every request in the batch.
+
+Caught by: test_requests_in_one_batch_do_not_see_each_other.
+"""
 
 import torch
 

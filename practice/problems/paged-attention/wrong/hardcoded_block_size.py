@@ -1,4 +1,7 @@
-"""Wrong: uses the example's block size of 4 to count a request's blocks."""
+"""Wrong: uses the example's block size of 4 to count a request's blocks.
+
+Caught by: test_any_grouping_block_size_and_scale.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: scales by 1/sqrt(head_dim) instead of the scale it is given."""
+"""Wrong: scales by 1/sqrt(head_dim) instead of the scale it is given.
+
+Caught by: test_any_grouping_block_size_and_scale.
+"""
 
 import torch
 

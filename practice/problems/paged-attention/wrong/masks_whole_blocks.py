@@ -1,4 +1,7 @@
-"""Wrong: reads whole blocks and masks the stale slots, so NaN in them spoils the result."""
+"""Wrong: reads whole blocks and masks the stale slots, so NaN in them spoils the result.
+
+Caught by: test_prefill_is_ordinary_causal_attention.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: lets every new token see the whole context, its own future included."""
+"""Wrong: lets every new token see the whole context, its own future included.
+
+Caught by: test_prefill_is_ordinary_causal_attention.
+"""
 
 import torch
 

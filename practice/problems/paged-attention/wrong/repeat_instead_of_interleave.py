@@ -1,4 +1,7 @@
-"""Wrong: k.repeat(...) gives query head h the KV head h % kv_heads."""
+"""Wrong: k.repeat(...) gives query head h the KV head h % kv_heads.
+
+Caught by: test_prefill_is_ordinary_causal_attention.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: reads the blocks in id order instead of block-table order."""
+"""Wrong: reads the blocks in id order instead of block-table order.
+
+Caught by: test_decode_sees_the_whole_history.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: uses the ordinary causal mask (tril()), right for a prefill only: a decode then sees one key."""
+"""Wrong: uses the ordinary causal mask (tril()), right for a prefill only: a decode then sees one key.
+
+Caught by: test_decode_sees_the_whole_history.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: squares and averages in x's own dtype (no float32 upcast)."""
+"""Wrong: squares and averages in x's own dtype (no float32 upcast).
+
+Caught by: test_half_precision_input_does_not_overflow.
+"""
 
 import torch
 

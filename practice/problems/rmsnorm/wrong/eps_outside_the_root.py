@@ -1,4 +1,7 @@
-"""Wrong: x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps)."""
+"""Wrong: x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps).
+
+Caught by: test_matches_minillm_for_any_shape_and_eps.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: always uses Qwen3's eps of 1e-6, whatever eps the caller passes."""
+"""Wrong: always uses Qwen3's eps of 1e-6, whatever eps the caller passes.
+
+Caught by: test_matches_minillm_for_any_shape_and_eps.
+"""
 
 import torch
 

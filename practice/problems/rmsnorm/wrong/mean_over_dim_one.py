@@ -1,4 +1,7 @@
-"""Wrong: averages over dim=1 (right for [N, d] inputs only, wrong for [B, T, d] and [d])."""
+"""Wrong: averages over dim=1 (right for [N, d] inputs only, wrong for [B, T, d] and [d]).
+
+Caught by: test_matches_minillm_for_any_shape_and_eps.
+"""
 
 import torch
 

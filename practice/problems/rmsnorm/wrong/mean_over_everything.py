@@ -1,4 +1,7 @@
-"""Wrong: one RMS for the whole tensor instead of one per vector."""
+"""Wrong: one RMS for the whole tensor instead of one per vector.
+
+Caught by: test_matches_minillm_for_any_shape_and_eps.
+"""
 
 import torch
 

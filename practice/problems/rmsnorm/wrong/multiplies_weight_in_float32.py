@@ -1,4 +1,7 @@
-"""Wrong: multiplies by the weight before casting back, so half-precision results are rounded differently."""
+"""Wrong: multiplies by the weight before casting back, so half-precision results are rounded differently.
+
+Caught by: test_half_precision_is_computed_in_float32_and_rounded_once.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: scales by (1 + weight), as Gemma does, instead of by weight."""
+"""Wrong: scales by (1 + weight), as Gemma does, instead of by weight.
+
+Caught by: test_matches_minillm_for_any_shape_and_eps.
+"""
 
 import torch
 

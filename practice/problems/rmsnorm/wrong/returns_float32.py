@@ -1,4 +1,7 @@
-"""Wrong: forgets to cast back, so half-precision inputs come back as float32."""
+"""Wrong: forgets to cast back, so half-precision inputs come back as float32.
+
+Caught by: test_half_precision_input_does_not_overflow.
+"""
 
 import torch
 

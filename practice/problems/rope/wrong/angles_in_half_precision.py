@@ -1,4 +1,7 @@
-"""Wrong: computes the angles in float16, which cannot hold large positions precisely."""
+"""Wrong: computes the angles in float16, which cannot hold large positions precisely.
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: turns pair i by theta ** (-i / head_dim): the factor 2 is missing."""
+"""Wrong: turns pair i by theta ** (-i / head_dim): the factor 2 is missing.
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: fits the example only: head_dim 4 and theta 100 (pair speeds 1 and 0.1)."""
+"""Wrong: fits the example only: head_dim 4 and theta 100 (pair speeds 1 and 0.1).
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
 
 import torch
 

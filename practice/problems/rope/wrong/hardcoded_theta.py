@@ -1,4 +1,7 @@
-"""Wrong: uses theta = 10000 (Llama's) whatever theta the caller passes."""
+"""Wrong: uses theta = 10000 (Llama's) whatever theta the caller passes.
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
 
 import torch
 

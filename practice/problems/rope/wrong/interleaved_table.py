@@ -1,4 +1,7 @@
-"""Wrong: writes each angle twice side by side (GPT-J layout) instead of once per half."""
+"""Wrong: writes each angle twice side by side (GPT-J layout) instead of once per half.
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: rotates element i with its neighbour i + 1 instead of with i + head_dim/2."""
+"""Wrong: rotates element i with its neighbour i + 1 instead of with i + head_dim/2.
+
+Caught by: test_pairs_are_the_two_halves_of_a_head.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: ignores the values of positions and uses 0 .. T-1 (wrong for a decode step at 41)."""
+"""Wrong: ignores the values of positions and uses 0 .. T-1 (wrong for a decode step at 41).
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: forgets to cast back: a bfloat16 head comes back as float32."""
+"""Wrong: forgets to cast back: a bfloat16 head comes back as float32.
+
+Caught by: test_result_keeps_the_input_dtype.
+"""
 
 import torch
 

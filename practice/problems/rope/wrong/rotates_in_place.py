@@ -1,4 +1,7 @@
-"""Wrong: rotates x in place, so the caller's tensor changes."""
+"""Wrong: rotates x in place, so the caller's tensor changes.
+
+Caught by: test_pairs_are_the_two_halves_of_a_head.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: rotates the wrong way: (a cos + b sin, b cos - a sin)."""
+"""Wrong: rotates the wrong way: (a cos + b sin, b cos - a sin).
+
+Caught by: test_pairs_are_the_two_halves_of_a_head.
+"""
 
 import torch
 

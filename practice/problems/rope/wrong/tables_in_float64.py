@@ -1,4 +1,7 @@
-"""Wrong: returns float64 tables; the task asks for float32."""
+"""Wrong: returns float64 tables; the task asks for float32.
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: keeps admitting when the budget is spent, with 0 tokens."""
+"""Wrong: keeps admitting when the budget is spent, with 0 tokens.
+
+Caught by: test_decodes_beyond_the_budget_wait.
+"""
 
 from dataclasses import dataclass
 

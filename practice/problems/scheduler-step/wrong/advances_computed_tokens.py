@@ -1,4 +1,7 @@
-"""Wrong: advances num_computed_tokens itself (the engine does that after the forward)."""
+"""Wrong: advances num_computed_tokens itself (the engine does that after the forward).
+
+Caught by: test_computed_tokens_are_left_to_the_engine.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: admits while len(running) <= max_num_seqs: one request too many."""
+"""Wrong: admits while len(running) <= max_num_seqs: one request too many.
+
+Caught by: test_max_num_seqs_caps_the_running_set.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: gives a decode min(prompt left, budget) tokens like a prefill: it gets 0 or a negative count."""
+"""Wrong: gives a decode min(prompt left, budget) tokens like a prefill: it gets 0 or a negative count.
+
+Caught by: test_decodes_are_scheduled_before_prefills.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: gives every decode its token even when the budget runs out."""
+"""Wrong: gives every decode its token even when the budget runs out.
+
+Caught by: test_decodes_beyond_the_budget_wait.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: refuses bad limits without saying which one, or what it was."""
+"""Wrong: refuses bad limits without saying which one, or what it was.
+
+Caught by: test_bad_limits_raise_value_error_naming_them.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: admits up to the example's 3 running requests, whatever max_num_seqs is."""
+"""Wrong: admits up to the example's 3 running requests, whatever max_num_seqs is.
+
+Caught by: test_max_num_seqs_caps_the_running_set.
+"""
 
 from dataclasses import dataclass
 

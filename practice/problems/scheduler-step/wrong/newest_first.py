@@ -1,4 +1,7 @@
-"""Wrong: admits from the back of waiting (the newest request) instead of the front."""
+"""Wrong: admits from the back of waiting (the newest request) instead of the front.
+
+Caught by: test_new_requests_fill_the_leftover_budget.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: gives a prompt all its tokens even when that passes the budget."""
+"""Wrong: gives a prompt all its tokens even when that passes the budget.
+
+Caught by: test_decodes_are_scheduled_before_prefills.
+"""
 
 from dataclasses import dataclass
 

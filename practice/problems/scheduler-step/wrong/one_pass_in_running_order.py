@@ -1,4 +1,7 @@
-"""Wrong: serves running requests in their order, so a prefill early in the list starves later decodes."""
+"""Wrong: serves running requests in their order, so a prefill early in the list starves later decodes.
+
+Caught by: test_decodes_are_scheduled_before_prefills.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: builds new lists instead of moving requests, so the caller's running and waiting never change."""
+"""Wrong: builds new lists instead of moving requests, so the caller's running and waiting never change.
+
+Caught by: test_long_prompt_is_chunked_to_the_budget.
+"""
 
 from dataclasses import dataclass
 

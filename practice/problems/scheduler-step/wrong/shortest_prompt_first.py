@@ -1,4 +1,7 @@
-"""Wrong: admits the shortest waiting prompt first instead of the oldest."""
+"""Wrong: admits the shortest waiting prompt first instead of the oldest.
+
+Caught by: test_new_requests_fill_the_leftover_budget.
+"""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,7 @@
-"""Wrong: raises the right errors without naming the request."""
+"""Wrong: raises the right errors without naming the request.
+
+Caught by: test_a_request_holds_at_most_one_slot.
+"""
 
 import torch
 

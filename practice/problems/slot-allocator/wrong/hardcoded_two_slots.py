@@ -1,4 +1,7 @@
-"""Wrong: keeps the example's two slots, whatever max_batch is."""
+"""Wrong: keeps the example's two slots, whatever max_batch is.
+
+Caught by: test_acquire_hands_out_the_lowest_free_slot.
+"""
 
 import torch
 

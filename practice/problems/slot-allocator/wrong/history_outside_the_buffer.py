@@ -1,4 +1,7 @@
-"""Wrong: keeps each request's history in a list of new tensors; the buffers stay empty."""
+"""Wrong: keeps each request's history in a list of new tensors; the buffers stay empty.
+
+Caught by: test_history_lives_in_the_preallocated_buffer.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: raises KeyError (from the dict) for an unknown request instead of ValueError."""
+"""Wrong: raises KeyError (from the dict) for an unknown request instead of ValueError.
+
+Caught by: test_unknown_requests_raise_value_error_naming_them.
+"""
 
 import torch
 

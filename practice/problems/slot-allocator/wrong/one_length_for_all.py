@@ -1,4 +1,7 @@
-"""Wrong: keeps one length for the whole cache instead of one per slot."""
+"""Wrong: keeps one length for the whole cache instead of one per slot.
+
+Caught by: test_slots_do_not_see_each_other.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: copies the whole buffer on every append instead of writing into it."""
+"""Wrong: copies the whole buffer on every append instead of writing into it.
+
+Caught by: test_history_lives_in_the_preallocated_buffer.
+"""
 
 import torch
 

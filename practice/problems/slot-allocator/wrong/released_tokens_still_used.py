@@ -1,4 +1,7 @@
-"""Wrong: still counts the tokens of released requests as used."""
+"""Wrong: still counts the tokens of released requests as used.
+
+Caught by: test_reserved_tokens_dwarf_used_tokens.
+"""
 
 import torch
 

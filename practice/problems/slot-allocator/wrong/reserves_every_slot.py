@@ -1,4 +1,7 @@
-"""Wrong: counts max_ctx for every slot, used or not, as reserved."""
+"""Wrong: counts max_ctx for every slot, used or not, as reserved.
+
+Caught by: test_reserved_tokens_dwarf_used_tokens.
+"""
 
 import torch
 

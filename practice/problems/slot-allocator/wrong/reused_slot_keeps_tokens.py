@@ -1,4 +1,7 @@
-"""Wrong: does not reset the length when a slot is handed out again."""
+"""Wrong: does not reset the length when a slot is handed out again.
+
+Caught by: test_a_reused_slot_starts_empty.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: hands out slots in turn (0, 1, 2, 0, ...) instead of the lowest free one."""
+"""Wrong: hands out slots in turn (0, 1, 2, 0, ...) instead of the lowest free one.
+
+Caught by: test_acquire_hands_out_the_lowest_free_slot.
+"""
 
 import torch
 

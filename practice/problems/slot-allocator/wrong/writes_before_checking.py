@@ -1,4 +1,7 @@
-"""Wrong: stores what fits, then raises for the rest: a refused append has changed the slot."""
+"""Wrong: stores what fits, then raises for the rest: a refused append has changed the slot.
+
+Caught by: test_context_overflow_raises_and_keeps_the_slot.
+"""
 
 import torch
 

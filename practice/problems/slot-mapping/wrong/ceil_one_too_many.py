@@ -1,4 +1,7 @@
-"""Wrong: n // block_size + 1 blocks: one block too many when n fills its blocks exactly."""
+"""Wrong: n // block_size + 1 blocks: one block too many when n fills its blocks exactly.
+
+Caught by: test_blocks_needed_rounds_up.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: checks the last position only, so a bad one earlier in the list slips through."""
+"""Wrong: checks the last position only, so a bad one earlier in the list slips through.
+
+Caught by: test_position_beyond_the_table_raises_value_error_naming_it.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: assumes the request's blocks are consecutive, starting at its first block."""
+"""Wrong: assumes the request's blocks are consecutive, starting at its first block.
+
+Caught by: test_slots_follow_the_block_table.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: refuses bad positions without saying which one."""
+"""Wrong: refuses bad positions without saying which one.
+
+Caught by: test_position_beyond_the_table_raises_value_error_naming_it.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

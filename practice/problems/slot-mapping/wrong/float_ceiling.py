@@ -1,4 +1,7 @@
-"""Wrong: math.ceil(n / block_size): floats round huge contexts wrongly."""
+"""Wrong: math.ceil(n / block_size): floats round huge contexts wrongly.
+
+Caught by: test_blocks_needed_for_any_block_size.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

@@ -1,4 +1,7 @@
-"""Wrong: uses the example's block size of 4 wherever block_size is needed."""
+"""Wrong: uses the example's block size of 4 wherever block_size is needed.
+
+Caught by: test_decode_position_lands_in_the_last_block.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

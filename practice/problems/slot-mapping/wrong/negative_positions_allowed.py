@@ -1,4 +1,7 @@
-"""Wrong: lets a negative position index the table from its end."""
+"""Wrong: lets a negative position index the table from its end.
+
+Caught by: test_negative_position_raises_value_error_naming_it.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

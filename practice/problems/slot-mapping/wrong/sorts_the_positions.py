@@ -1,4 +1,7 @@
-"""Wrong: returns the slots of the positions sorted, not in the order given."""
+"""Wrong: returns the slots of the positions sorted, not in the order given.
+
+Caught by: test_positions_in_any_order.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

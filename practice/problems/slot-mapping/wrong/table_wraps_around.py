@@ -1,4 +1,7 @@
-"""Wrong: wraps around the table instead of refusing a position beyond it."""
+"""Wrong: wraps around the table instead of refusing a position beyond it.
+
+Caught by: test_position_beyond_the_table_raises_value_error_naming_it.
+"""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:

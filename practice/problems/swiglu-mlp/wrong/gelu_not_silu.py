@@ -1,4 +1,7 @@
-"""Wrong: uses GELU instead of SiLU."""
+"""Wrong: uses GELU instead of SiLU.
+
+Caught by: test_silu_is_z_times_sigmoid_z.
+"""
 
 import torch
 

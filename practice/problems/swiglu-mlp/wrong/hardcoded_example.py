@@ -1,4 +1,7 @@
-"""Wrong: fits the example's 1 x 1 weights: multiplies elementwise instead of by the matrices."""
+"""Wrong: fits the example's 1 x 1 weights: multiplies elementwise instead of by the matrices.
+
+Caught by: test_weights_are_laid_out_like_nn_linear.
+"""
 
 import torch
 

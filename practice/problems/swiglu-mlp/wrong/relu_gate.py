@@ -1,4 +1,7 @@
-"""Wrong: gates with relu(gate) instead of silu(gate)."""
+"""Wrong: gates with relu(gate) instead of silu(gate).
+
+Caught by: test_silu_is_z_times_sigmoid_z.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: computes in float32 and returns float32 for half-precision inputs."""
+"""Wrong: computes in float32 and returns float32 for half-precision inputs.
+
+Caught by: test_half_precision_stays_half_precision.
+"""
 
 import torch
 

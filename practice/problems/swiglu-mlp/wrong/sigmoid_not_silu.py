@@ -1,4 +1,7 @@
-"""Wrong: uses sigmoid(gate) as the gate, not silu(gate) = gate * sigmoid(gate)."""
+"""Wrong: uses sigmoid(gate) as the gate, not silu(gate) = gate * sigmoid(gate).
+
+Caught by: test_silu_is_z_times_sigmoid_z.
+"""
 
 import torch
 

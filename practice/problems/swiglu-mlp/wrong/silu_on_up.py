@@ -1,4 +1,7 @@
-"""Wrong: puts the activation on the up branch instead of the gate."""
+"""Wrong: puts the activation on the up branch instead of the gate.
+
+Caught by: test_activation_goes_on_the_gate_branch.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: computes x @ weight (no .T), right only when the layout does not matter."""
+"""Wrong: computes x @ weight (no .T), right only when the layout does not matter.
+
+Caught by: test_weights_are_laid_out_like_nn_linear.
+"""
 
 import torch
 

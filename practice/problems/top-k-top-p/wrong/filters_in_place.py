@@ -1,4 +1,7 @@
-"""Wrong: sets the cut logits to -inf in the caller's tensor."""
+"""Wrong: sets the cut logits to -inf in the caller's tensor.
+
+Caught by: test_top_k_keeps_the_k_largest_logits.
+"""
 
 import torch
 

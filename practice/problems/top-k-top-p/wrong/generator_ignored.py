@@ -1,4 +1,7 @@
-"""Wrong: draws from the global random stream instead of the generator it is given."""
+"""Wrong: draws from the global random stream instead of the generator it is given.
+
+Caught by: test_draws_follow_torch_multinomial_with_the_seed.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: handles temperature 0 by dividing by a tiny number and sampling."""
+"""Wrong: handles temperature 0 by dividing by a tiny number and sampling.
+
+Caught by: test_temperature_zero_is_greedy.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: cuts every row at the k-th largest logit of the first row (fine for the example's single row)."""
+"""Wrong: cuts every row at the k-th largest logit of the first row (fine for the example's single row).
+
+Caught by: test_top_k_keeps_ties_with_the_kth_logit.
+"""
 
 import torch
 

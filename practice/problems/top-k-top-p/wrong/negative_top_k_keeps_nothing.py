@@ -1,4 +1,7 @@
-"""Wrong: applies top-k whenever top_k < V, so top_k <= 0 cuts everything."""
+"""Wrong: applies top-k whenever top_k < V, so top_k <= 0 cuts everything.
+
+Caught by: test_top_p_keeps_the_token_that_crosses_p.
+"""
 
 import torch
 

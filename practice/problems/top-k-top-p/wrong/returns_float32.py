@@ -1,4 +1,7 @@
-"""Wrong: computes in float32 and returns float32 for float16 logits."""
+"""Wrong: computes in float32 and returns float32 for float16 logits.
+
+Caught by: test_half_precision_logits_stay_half_precision.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: filters the raw logits and divides by the temperature afterwards."""
+"""Wrong: filters the raw logits and divides by the temperature afterwards.
+
+Caught by: test_draws_follow_torch_multinomial_with_the_seed.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: keeps exactly k tokens, breaking ties at the k-th logit by position."""
+"""Wrong: keeps exactly k tokens, breaking ties at the k-th logit by position.
+
+Caught by: test_top_k_keeps_ties_with_the_kth_logit.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: applies top-p to the softmax of all logits, before top-k."""
+"""Wrong: applies top-p to the softmax of all logits, before top-k.
+
+Caught by: test_top_p_works_on_what_top_k_kept.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: keeps tokens while the sum stays <= top_p, dropping the one that crosses it."""
+"""Wrong: keeps tokens while the sum stays <= top_p, dropping the one that crosses it.
+
+Caught by: test_top_p_keeps_the_token_that_crosses_p.
+"""
 
 import torch
 

@@ -1,4 +1,7 @@
-"""Wrong: cuts in sorted order, so of two equally likely tokens at the boundary one stays and one goes."""
+"""Wrong: cuts in sorted order, so of two equally likely tokens at the boundary one stays and one goes.
+
+Caught by: test_top_p_keeps_ties_with_the_crossing_token.
+"""
 
 import torch
 
