@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from frontmatter import split_front_matter
+from problem_md import split_front_matter
 from protocol import PRACTICE, PROBLEMS, WORKSPACE_ENV
 
 WORKSPACE = Path(os.environ.get(WORKSPACE_ENV) or PRACTICE / "workspace")
@@ -35,7 +35,7 @@ class Exercise:
 
 
 def front_matter(text: str) -> tuple[dict, str]:
-    """The YAML front matter (frontmatter.py, shared with the site) and the body; {} when there is none."""
+    """The YAML front matter (problem_md.py, shared with the site) and the body; {} when there is none."""
     meta, body = split_front_matter(text)
     return meta or {}, body
 

@@ -134,7 +134,7 @@ def cmd_test(exercises: list[Exercise], args) -> int:
 
 
 def report_test(ex: Exercise, file: Path, outcome: Outcome, record: bool) -> int:
-    tampered = print_tree_changes(outcome)
+    tampered = print_tampering(outcome)
     if outcome.load_error:
         print_load_error(outcome.load_error, file)
         if record:
@@ -171,16 +171,22 @@ def report_test(ex: Exercise, file: Path, outcome: Outcome, record: bool) -> int
     return 1
 
 
-def print_tree_changes(outcome: Outcome) -> bool:
-    """Say so when the run changed the judge's own files (they are already put back); True if it did."""
-    tree = outcome.tree
-    if tree is None or tree.ok:
-        return False
-    print(Style.paint("This run changed files the judge depends on, so it fails whatever the tests say:", "31"))
-    for path in tree.changed[:10]:
-        print(f"  {path}")
-    print("They are back as they were. Your code should return values, not write files.\n")
-    return True
+def print_tampering(outcome: Outcome) -> bool:
+    """Say so when the run changed the judge's files (already put back) or forged its results; True if so."""
+    tree, tampered = outcome.tree, False
+    if outcome.forged:
+        print(Style.paint("The results channel carried lines the test process did not sign, so this run fails "
+                          "whatever they say.", "31"))
+        tampered = True
+    if tree is not None and not tree.ok:
+        print(Style.paint("This run changed files the judge depends on, so it fails whatever the tests say:", "31"))
+        for path in tree.changed[:10]:
+            print(f"  {path}")
+        print("They are back as they were. Your code should return values, not write files.")
+        tampered = True
+    if tampered:
+        print()
+    return tampered
 
 
 def cmd_doctor(exercises: list[Exercise], args) -> int:

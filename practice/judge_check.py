@@ -85,6 +85,9 @@ def _print_run(outcome) -> int:
         print(Style.paint("\nThe test run hit a problem:", "31"))
         print(problem)
         bad += 1
+    if outcome.forged:
+        print(Style.paint("\nThe results channel carried lines the test process did not sign.", "31"))
+        bad += 1
     mode = outcome.sandbox.get("mode")
     print(f"\nThe code under test ran in {'a namespace sandbox (read-only files, own PIDs)' if mode == 'namespaces' else 'separate processes'}"
           + (f" ({outcome.sandbox.get('why')})" if outcome.sandbox.get("why") else "") + ".")

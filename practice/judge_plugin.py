@@ -115,6 +115,7 @@ class Learners:
         self.stop()
         if self.zygote is not None:
             self.zygote.close()
+            self.zygote = None
 
 
 LEARNERS = Learners()
@@ -159,21 +160,6 @@ def pytest_configure(config):
     global EVENTS
     if EVENTS is None:
         EVENTS = Events()
-
-
-def pytest_sessionstart(session):
-    """`judge.py test`: import the reader's file first, so a syntax error or an endless import is reported as such."""
-    chosen = os.environ.get(FILE_ENV)
-    if not chosen:
-        return
-    emit(event="load_start", file=chosen)
-    try:
-        LEARNERS.get(Path(chosen).resolve(), Path(session.config.args[0]).name if session.config.args else "")
-    except remote.LoadFailed as e:
-        emit(event="load_error", **e.info)
-        LEARNERS.close()
-        pytest.exit("the file under test could not be imported", returncode=3)
-    emit(event="load_ok")
 
 
 def pytest_generate_tests(metafunc):
@@ -229,7 +215,21 @@ def _test_id(item) -> dict:
 
 
 def pytest_collection_finish(session):
+    """Report the tests, then (`judge.py test`) import the reader's file: after the tests and conftest were
+    imported, so nothing the file does at import can change them; a syntax error or an endless import is
+    reported as such."""
     emit(event="collected", tests=[_test_id(item) for item in session.items])
+    chosen = os.environ.get(FILE_ENV)
+    if not chosen:
+        return
+    emit(event="load_start", file=chosen)
+    try:
+        LEARNERS.get(Path(chosen).resolve(), Path(session.config.args[0]).name if session.config.args else "")
+    except remote.LoadFailed as e:
+        emit(event="load_error", **e.info)
+        LEARNERS.close()
+        pytest.exit("the file under test could not be imported", returncode=3)
+    emit(event="load_ok")
 
 
 def pytest_collectreport(report):

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import oskit
-from protocol import (EVENTS_FD_ENV, FILE_ENV, GRACE, JUDGE_PID_ENV, KEY_FD_ENV, PRELOAD_ENV, REPO, STACK_WAIT,
-                      TARGETS_ENV, TIMEOUT_ENV, import_timeout)
+from protocol import (DIGEST_ENV, EVENTS_FD_ENV, FILE_ENV, GRACE, JUDGE_PID_ENV, KEY_FD_ENV, PRELOAD_ENV, REPO,
+                      REPO_ENV, STACK_WAIT, TARGETS_ENV, TIMEOUT_ENV, import_timeout)
 from tree import Snapshot, TreeReport
 
 IMPORTING = "importing your file"
@@ -46,6 +46,7 @@ class Outcome:
     problems: list[str] = field(default_factory=list)  # errors of the judge or the tests, not the reader's
     sandbox: dict = field(default_factory=dict)
     tree: TreeReport | None = None
+    forged: bool = False  # a line on the results channel was not signed by the test process
 
     def for_problem(self, slug: str, target: str | None = None) -> list[dict]:
         return [r for r in self.results if r["problem"] == slug and (target is None or r.get("target") == target)]
@@ -56,6 +57,8 @@ class Outcome:
         self.problems += other.problems
         self.finished = self.finished and other.finished
         self.sandbox = self.sandbox or other.sandbox
+        self.load_error = self.load_error or other.load_error
+        self.forged = self.forged or other.forged
 
 
 class Grader:
@@ -101,10 +104,8 @@ class Grader:
             event = json.loads(payload) if good and int(seq) == self.seq + 1 else None
         except (ValueError, UnicodeDecodeError):
             event = None
-        if not isinstance(event, dict):
-            self.outcome.problems.append("the results channel carried a line the test process did not sign: "
-                                         "this run's results are void")
-            self.seq = -10**9  # nothing after a forged line counts either
+        if not isinstance(event, dict) or self.outcome.forged:
+            self.outcome.forged = True  # nothing after a forged line counts either
             return
         self.seq += 1
         kind = event.pop("event", None)
@@ -194,6 +195,7 @@ def run_tests(folders: list[Path], timeout: float, file: Path | None = None, tar
         snapshot.write_to(copy)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PRACTICE_", "PYTEST_"))}
         env.update({TIMEOUT_ENV: str(timeout), PRELOAD_ENV: ",".join(preload), JUDGE_PID_ENV: str(os.getpid()),
+                    REPO_ENV: str(REPO), DIGEST_ENV: snapshot.digest,
                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONUNBUFFERED": "1"})
         env.setdefault("OMP_NUM_THREADS", "1")  # the tensors are tiny; threads would only fight over the cores
         if file is not None:

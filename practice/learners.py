@@ -60,12 +60,15 @@ class Zygote:
     def close(self) -> None:
         self.ctl.close()  # the zygote kills what it started and exits
         end = time.monotonic() + 3
-        while time.monotonic() < end:
-            if os.waitpid(self.pid, os.WNOHANG)[0]:
-                return
-            time.sleep(0.01)
-        os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
+        try:
+            while time.monotonic() < end:
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    return
+                time.sleep(0.01)
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:  # already reaped
+            pass
 
 
 class RemoteLearner:
@@ -134,14 +137,12 @@ class RemoteLearner:
             os.kill(self.pid, signal.SIGUSR1)
         except OSError:
             return []
-        end = time.monotonic() + STACK_WAIT
-        while time.monotonic() < end and "File " not in self.stderr[before:]:
+        end, frames = time.monotonic() + STACK_WAIT, []
+        while time.monotonic() < end and not frames:  # the innermost frame of the reader's file, once printed
             time.sleep(0.02)
-        time.sleep(0.05)
-        frames = []
-        for file, line in re.findall(r'File "(.+?)", line (\d+)', self.stderr[before:]):
-            if os.path.abspath(file) in self.paths:
-                frames.append({"file": file, "line": int(line), "code": linecache.getline(file, int(line)).strip()})
+            frames = [{"file": file, "line": int(line), "code": linecache.getline(file, int(line)).strip()}
+                      for file, line in re.findall(r'File "(.+?)", line (\d+)', self.stderr[before:])
+                      if os.path.abspath(file) in self.paths]
         return frames[:1]  # faulthandler lists the innermost frame first
 
     def timed_out(self) -> TimeLimitExceeded:

@@ -35,13 +35,15 @@ PRELOAD_ENV = "PRACTICE_PRELOAD"  # modules the zygote imports before forking ("
 EVENTS_FD_ENV = "PRACTICE_EVENTS_FD"  # the pipe the grader writes signed events to
 KEY_FD_ENV = "PRACTICE_KEY_FD"  # the pipe the grader reads its signing key from, once
 JUDGE_PID_ENV = "PRACTICE_JUDGE_PID"  # the grader dies with this process
+REPO_ENV = "PRACTICE_REPO"  # the real tree, which a grader puts back from its copy if the judge was killed
+DIGEST_ENV = "PRACTICE_TREE_DIGEST"  # the snapshot's digest: the copy is only trusted while it matches
 SANDBOX_ENV = "MINILLM_JUDGE_SANDBOX"  # "auto" (default): namespaces when the OS allows; "process": never
 
 # ---------------------------------------------------------------- time limits (seconds)
 DEFAULT_TIMEOUT = 10.0  # per test
 IMPORT_TIMEOUT = 30.0  # importing the reader's file (at least the per-test limit)
 GRACE = 5.0  # the judge's watchdog kills a grader whose test outlives its limit by this much
-STACK_WAIT = 0.5  # how long the grader waits for a looping learner's stack before killing it
+STACK_WAIT = 2.0  # at most this long the grader waits for a looping learner's stack before killing it
 
 # ---------------------------------------------------------------- targets of `check`
 SOLUTION, STARTER = "solution", "starter"

@@ -1,4 +1,4 @@
-"""frontmatter.py — the YAML front matter of a problem.md, parsed in one place.
+"""problem_md.py — the YAML front matter of a problem.md, parsed in one place.
 
 Used by practice/judge.py and by the site's hook docs/hooks/chapters.py, so the exercise list on the
 site and the judge's list can never read the same file differently.
