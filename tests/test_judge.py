@@ -244,7 +244,9 @@ def test_a_solution_that_hardcodes_the_example_fails(full_check, slug):
     """Every exercise has wrong/hardcoded_*.py, fitted to the example's numbers, and the tests catch it."""
     fixtures = sorted((PROBLEMS / slug / "wrong").glob("hardcoded_*.py"))
     assert fixtures, f"{slug} has no wrong/hardcoded_*.py"
-    block = full_check.stdout.split(f" {slug} ", 1)[1].split("\n   ", 1)[0]  # the exercise's lines of the report
+    start = re.search(rf"^ +\d+  {re.escape(slug)} +solution", full_check.stdout, re.MULTILINE)
+    assert start, full_check.stdout
+    block = re.split(r"\n +\d+  \S", full_check.stdout[start.start():], maxsplit=1)[0]  # the exercise's lines
     assert re.search(r"solution +(\d+)/\1 +pass +starter +(\d+)/\2 +fail +wrong +(\d+)/\3 +fail +ok", block), block
     for fixture in fixtures:
         assert re.search(rf"wrong/{fixture.stem}\.py: caught by test_\w+", block), block

@@ -233,3 +233,26 @@ def test_an_attack_gets_a_failing_verdict_and_changes_nothing(tmp_path, attack, 
     assert code == 0, out
     assert "All 2 exercises are consistent" in out and "Tree verified" in out
     assert tree() == before
+
+
+def test_killing_the_judges_parent_stops_everything_it_started(tmp_path):
+    """The judge dies with its parent (the terminal, a CI step): its graders and the reader's processes with
+    it, and its temp folder goes too."""
+    looping = tmp_path / "loops.py"
+    looping.write_text("def padded_tokens(query_lens):\n    while True:\n        pass\n" + WRONG_PADDING.split("\n\n\n", 1)[1])
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, MINILLM_PRACTICE_WORKSPACE=str(tmp_path / "workspace"), NO_COLOR="1",
+               MINILLM_ATTACK_MARK=marker)
+    copies_before = set(Path(tempfile.gettempdir()).glob("minillm-judge-*"))
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               f"subprocess.Popen([sys.executable, {str(JUDGE)!r}, 'test', 'padding-waste', "
+                               f"{str(looping)!r}, '--timeout', '120'])\ntime.sleep(600)"], env=env)
+    try:  # the judge, its grader, the zygote and the looping reader's process are all up
+        assert wait_until(lambda: len(processes_with(marker)) >= 5, seconds=60), processes_with(marker)
+        time.sleep(1)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_until(lambda: not processes_with(marker)), f"processes left behind: {processes_with(marker)}"
+    new = set(Path(tempfile.gettempdir()).glob("minillm-judge-*")) - copies_before
+    assert wait_until(lambda: not [p for p in new if p.exists()]), f"temp folders left behind: {new}"
