@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import linecache
 import os
 import re
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 
 import wire
+from oskit import recv_line, send_line
 from protocol import MAX_STDOUT, STACK_WAIT
 from remote import GraderEndpoint, LearnerDied, LoadFailed, TimeLimitExceeded, set_deadline
 
@@ -32,7 +32,7 @@ class Zygote:
         for module in preload:
             if importlib.util.find_spec(module) is not None:
                 importlib.import_module(module)
-        self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         grader = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:
@@ -49,13 +49,16 @@ class Zygote:
                 os._exit(0)
         child.close()
         self.ctl.settimeout(120)
-        hello = json.loads(self.ctl.recv(65536) or b"{}")
+        hello = recv_line(self.ctl)[0] or {}
         self.mode, self.why = hello.get("sandbox", "none"), hello.get("why")
         self.ctl.settimeout(30)
 
     def spawn(self, path: str, name: str, fds: list[int]) -> int:
-        socket.send_fds(self.ctl, [json.dumps({"path": path, "name": name}).encode()], fds)
-        return int(json.loads(self.ctl.recv(65536))["pid"])
+        send_line(self.ctl, {"path": path, "name": name}, fds)
+        reply = recv_line(self.ctl)[0]
+        if not reply or "pid" not in reply:
+            raise LearnerDied("the sandbox could not start a process for your file")
+        return int(reply["pid"])
 
     def close(self) -> None:
         self.ctl.close()  # the zygote kills what it started and exits

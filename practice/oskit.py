@@ -114,6 +114,33 @@ def reap() -> None:
             return
 
 
+# ---------------------------------------------------------------- the zygote's control socket
+
+
+def send_line(sock, message: dict, fds: list[int] = ()) -> None:
+    """One JSON line on a stream socket, with file descriptors attached to its first byte."""
+    import json
+    import socket
+
+    data = (json.dumps(message) + "\n").encode()
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    sock.sendall(data[sent:])
+
+
+def recv_line(sock) -> tuple[dict | None, list[int]]:
+    """The next JSON line and the descriptors that came with it; (None, []) once the peer has closed."""
+    import json
+    import socket
+
+    data, fds, _, _ = socket.recv_fds(sock, 65536, 4)
+    while data and not data.endswith(b"\n"):
+        more = sock.recv(65536)
+        if not more:
+            break
+        data += more
+    return (json.loads(data) if data else None), list(fds)
+
+
 # ---------------------------------------------------------------- the namespace sandbox
 
 

@@ -16,7 +16,6 @@ import faulthandler
 import importlib.util
 import inspect
 import io
-import json
 import os
 import re
 import signal
@@ -280,22 +279,21 @@ def zygote(ctl_fd: int, grader: int) -> None:
     os.closerange(ctl_fd + 1, 1 << 16)
     ctl = socket.socket(fileno=ctl_fd)
     why_not = probe_namespaces()
-    ctl.send(json.dumps({"sandbox": "process" if why_not else "namespaces", "why": why_not}).encode())
+    oskit.send_line(ctl, {"sandbox": "process" if why_not else "namespaces", "why": why_not})
     signal.signal(signal.SIGCHLD, lambda *_: oskit.reap())
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(ctl, 65536, 4)
+            request, fds = oskit.recv_line(ctl)
         except InterruptedError:
             continue
-        if not data:
+        if request is None:
             break
-        request = json.loads(data)
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", request.get("name", "")):
             raise SystemExit("bad module name")
         pid = spawn(ctl, request, fds, sandboxed=why_not is None)
         for fd in fds:
             os.close(fd)
-        ctl.send(json.dumps({"pid": pid}).encode())
+        oskit.send_line(ctl, {"pid": pid})
     oskit.kill_descendants()
     os._exit(0)  # nothing to flush; tearing torch down would only cost time
 
