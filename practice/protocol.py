@@ -6,12 +6,13 @@ Three processes grade an exercise:
       |                                  temp folder, reads the results, verifies the tree after
       +-- grader (pytest, grader.py)     runs the tests from that copy: references, comparisons,
             |                            verdicts. The reader's code never runs here.
-            +-- zygote (sandbox.py)      torch preloaded; forks one process per file under test
-                  +-- learner            imports the reader's file and answers calls over a socket
+            +-- zygote (sandbox.py)      forked off the grader with torch imported; forks one
+                  |                      process per exercise (sandboxed where the OS allows)
+                  +-- learner            imports the reader's files and answers calls over a socket
 
 The grader sends its verdicts to the judge over a pipe that no other process holds, each line signed
 with a key the judge hands over on another pipe. Values cross the learner's socket as data
-(wire.py), never as pickles, so the learner's only power is to return values.
+(wire.py, rpc.py), never as pickles, so the learner's only power is to return values.
 """
 
 from __future__ import annotations
