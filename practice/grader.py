@@ -51,9 +51,11 @@ def clean_up_for_the_judge() -> None:
     copy = HERE.parent
     if not (copy / "judge.pid").is_file():
         return  # not a judge's copy: never delete anything else
+    plugin = sys.modules.get("judge_plugin")
+    could_write = getattr(getattr(plugin, "LEARNERS", None), "mode", None) != "namespaces"
     snapshot = Snapshot(copy)
-    if os.environ.get(REPO_ENV) and snapshot.digest == os.environ.get(DIGEST_ENV):
-        snapshot.verify(Path(os.environ[REPO_ENV]))
+    if could_write and os.environ.get(REPO_ENV) and snapshot.digest == os.environ.get(DIGEST_ENV):
+        snapshot.verify(Path(os.environ[REPO_ENV]))  # the replaced versions are kept in a temp folder
     shutil.rmtree(copy, ignore_errors=True)
 
 

@@ -183,7 +183,12 @@ def print_tampering(outcome: Outcome) -> bool:
         for path in tree.changed[:10]:
             print(f"  {path}")
         print("They are back as they were. Your code should return values, not write files.")
+        if tree.backup:
+            print(f"(The versions found after the run are kept in {tree.backup}.)")
         tampered = True
+    if tree is not None and tree.elsewhere:
+        print("Note: " + ", ".join(tree.elsewhere[:5]) + " changed during the run, not by the code under test "
+              "(it could not write files); left as they are.")
     if tampered:
         print()
     return tampered

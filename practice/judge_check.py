@@ -97,8 +97,12 @@ def _print_run(outcome) -> int:
               f"(sha256 {tree.digest[:16]}).")
     else:
         changed = ", ".join(tree.changed[:5]) if tree else "not checked"
-        print(Style.paint(f"Tree NOT verified: the run changed {changed} (put back as they were).", "31"))
+        kept = f"; the versions found are in {tree.backup}" if tree and tree.backup else ""
+        print(Style.paint(f"Tree NOT verified: the run changed {changed} (put back as they were{kept}).", "31"))
         bad += 1
+    if tree is not None and tree.elsewhere:
+        print("Note: " + ", ".join(tree.elsewhere[:5]) + " changed during the run, not by the code under test; "
+              "left as they are.")
     return bad
 
 

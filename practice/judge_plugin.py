@@ -73,6 +73,7 @@ class Learners:
         self.zygote: Zygote | None = None
         self.process: RemoteLearner | None = None
         self.exercise: str | None = None
+        self.mode: str | None = None  # the sandbox the reader's processes run in, once one started
         self.modules: dict[str, object] = {}  # file -> its module's proxy, in the running process
         self.load_errors: dict[str, remote.LoadFailed] = {}
         self.failed_targets: set[tuple[str, str]] = set()
@@ -82,6 +83,7 @@ class Learners:
             default = "torch,minillm" if importlib.util.find_spec("torch") else ""
             preload = os.environ.get(PRELOAD_ENV, default).split(",")
             self.zygote = Zygote([m for m in preload if m], forget=EVENTS.key if EVENTS else None)
+            self.mode = self.zygote.mode
             emit(event="sandbox", mode=self.zygote.mode, why=self.zygote.why)
         return self.zygote
 

@@ -215,14 +215,23 @@ def run_tests(folders: list[Path], timeout: float, file: Path | None = None, tar
             if grader.proc.poll() is None:
                 grader.proc.wait()
         oskit.kill_descendants()  # whatever a reader's process left behind came back to us (subreaper)
-        copy_changes = snapshot.differences(copy)
-        report = snapshot.verify(REPO)
-        report.changed += [f"(the judge's copy) {p}" for p in copy_changes if p not in report.changed]
+        outcome.tree = verify_trees(snapshot, copy, could_write=outcome.sandbox.get("mode") != "namespaces")
         shutil.rmtree(copy, ignore_errors=True)
         for s, handler in previous.items():
             signal.signal(s, handler)
-        outcome.tree = report
     return outcome
+
+
+def verify_trees(snapshot: Snapshot, copy: Path, could_write: bool) -> TreeReport:
+    """The copy must be untouched; the real tree is put back only if the code under test could write to it
+    (in the namespace sandbox it could not, so a change there is someone's edit, and stays)."""
+    copy_changes = [f"(the judge's copy) {p}" for p in snapshot.differences(copy)]
+    if could_write:
+        report = snapshot.verify(REPO)
+    else:
+        report = TreeReport(len(snapshot.files), snapshot.digest, elsewhere=snapshot.differences(REPO))
+    report.changed += copy_changes
+    return report
 
 
 def _watch(graders: list[Grader]) -> None:

@@ -2,9 +2,11 @@
 
 `judge.py` snapshots practice/ and minillm/ (everything but the reader's workspace and caches) into
 memory before a run, and the test process runs from a fresh copy of that snapshot in a temp folder.
-After the run both the copy and the real tree are compared with the snapshot byte for byte; a file
-that changed, appeared or vanished is put back as it was, and the run fails. So nothing the reader's
-code writes can decide this verdict or a later one.
+After the run both the copy and the real tree are compared with the snapshot byte for byte. A change
+to the copy fails the run. A change to the real tree fails it too when the code under test could
+write files (no namespace sandbox): the files are put back as they were, and the versions replaced
+are kept in a temp folder, in case the change was an author's edit made during the run. So nothing
+the reader's code writes can decide this verdict or a later one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import os
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +39,9 @@ def _walk(root: Path):
 class TreeReport:
     files: int = 0
     digest: str = ""
-    changed: list[str] = field(default_factory=list)  # relative paths that differed after the run
-    restored: bool = False
+    changed: list[str] = field(default_factory=list)  # relative paths that differed after the run: a failure
+    backup: str | None = None  # where the changed versions were kept when they were put back
+    elsewhere: list[str] = field(default_factory=list)  # changed, but not by the code under test (it could not write)
 
     @property
     def ok(self) -> bool:
@@ -82,10 +86,14 @@ class Snapshot:
         diff += [rel for rel in self.files if rel not in seen]
         return sorted(set(diff))
 
-    def restore(self, root: Path, paths: list[str]) -> None:
-        """Put every listed path back as it was in the snapshot (removing what was not there)."""
+    def restore(self, root: Path, paths: list[str], backup: Path | None = None) -> None:
+        """Put every listed path back as it was in the snapshot (removing what was not there), keeping the
+        versions it replaces under `backup`: the change may have been someone's edit made during the run."""
         for rel in paths:
             path = root / rel
+            if backup is not None and path.is_file() and not path.is_symlink():
+                (backup / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, backup / rel)
             if path.is_symlink() or path.is_file():
                 path.unlink()
             elif path.is_dir():
@@ -102,8 +110,10 @@ class Snapshot:
                 if rel not in kept and not set(Path(rel).parts) & set(UNTRUSTED_PARTS) and not os.listdir(folder):
                     os.rmdir(folder)
 
-    def verify(self, root: Path, restore: bool = True) -> TreeReport:
-        changed = self.differences(root)
-        if changed and restore:
-            self.restore(root, changed)
-        return TreeReport(len(self.files), self.digest, changed, bool(changed) and restore)
+    def verify(self, root: Path, backup_prefix: str = "minillm-judge-replaced-") -> TreeReport:
+        """Compare root with the snapshot and put back what differs, keeping the replaced versions."""
+        changed, backup = self.differences(root), None
+        if changed:
+            backup = Path(tempfile.mkdtemp(prefix=backup_prefix))
+            self.restore(root, changed, backup)
+        return TreeReport(len(self.files), self.digest, changed, str(backup) if backup else None)

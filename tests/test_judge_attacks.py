@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -216,11 +217,18 @@ def test_an_attack_gets_a_failing_verdict_and_changes_nothing(tmp_path, attack, 
                MINILLM_JUDGE_SANDBOX=sandbox, MINILLM_ATTACK_MARK=marker)
     file = tmp_path / f"{attack}.py"
     file.write_text(source)
+    backups_before = set(Path(tempfile.gettempdir()).glob("minillm-judge-replaced-*"))
     pid, code, out = run_judge(["test", slug, str(file)], env)
+    backups = set(Path(tempfile.gettempdir()).glob("minillm-judge-replaced-*")) - backups_before
+    for backup in backups:  # the versions the attack wrote, kept in case they were someone's edits
+        assert any(p.is_file() for p in backup.rglob("*")), backup
+        shutil.rmtree(backup)
     assert code != 0, out
     assert "tests pass. Well done" not in out, out
     if sandbox == "process" and attack in HOW:
         assert re.search(HOW[attack], out), out
+    if "changed files the judge depends on" in out:
+        assert backups and "are kept in" in out, out
     if sandbox == "process" and attack == "kills_the_judge":
         assert code == -signal.SIGKILL, out  # it can kill the judge, but not get a verdict out of it
     assert wait_until(lambda: not processes_with(marker)), f"processes left behind: {processes_with(marker)}"
