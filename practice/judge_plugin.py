@@ -16,7 +16,6 @@ import importlib
 import importlib.util
 import inspect
 import json
-import linecache
 import os
 import re
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import remote
+from verdicts import describe_failure, skip_reason
 from learners import RemoteLearner, Zygote
 from protocol import (EVENTS_FD_ENV, FILE_ENV, KEY_FD_ENV, PRELOAD_ENV, SOLUTION, TARGETS_ENV,
                       TIMEOUT_ENV, DEFAULT_TIMEOUT, WRONG_DIR, import_timeout)
@@ -267,9 +267,9 @@ def pytest_runtest_makereport(item, call):
                   "hint": inspect.cleandoc(item.function.__doc__ or "") if hasattr(item, "function") else "",
                   "seconds": round(call.duration, 3)}
         if report.skipped:
-            result["message"] = _skip_reason(report)
+            result["message"] = skip_reason(report)
         elif report.failed:
-            result.update(describe_failure(call.excinfo, item, during=report.when))
+            result.update(describe_failure(call.excinfo, item, during=report.when, timeout=timeout()))
             LEARNERS.failed_targets.add((result["problem"], result["target"]))
             if result["kind"] == "timeout" and result["target"] == "file":
                 item.session.shouldstop = "a test ran out of time"  # the next tests would most likely loop too
@@ -281,58 +281,3 @@ def pytest_runtest_makereport(item, call):
 def pytest_sessionfinish(session, exitstatus):
     LEARNERS.close()
     emit(event="finish", exitstatus=int(exitstatus))
-
-
-def _skip_reason(report) -> str:
-    longrepr = report.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2]).removeprefix("Skipped: ")
-    return str(longrepr)
-
-
-# ---------------------------------------------------------------- failures in plain words
-
-
-def describe_failure(excinfo, item, during: str) -> dict:
-    """Sort a failure into the few kinds a reader meets, each with a message in plain words."""
-    e = excinfo.value
-    info = getattr(e, "learner", None) if isinstance(getattr(e, "learner", None), dict) else None
-    frames = (info or {}).get("frames") or []
-    where = {k: frames[-1].get(k) for k in ("file", "line", "code")} if frames else {}
-    if isinstance(e, remote.TimeLimitExceeded):
-        return {"kind": "timeout", "message": f"did not finish within {timeout():g} s", **where}
-    if isinstance(e, remote.LoadFailed):
-        where = {k: e.info[k] for k in ("file", "line", "code") if e.info.get(k)}
-        return {"kind": "load", "message": f"your file could not be imported: {e.info.get('message', '')}", **where}
-    if isinstance(e, remote.LearnerDied):
-        return {"kind": "crash", "message": str(e)}
-    if info is not None and info.get("missing"):
-        return {"kind": "missing_name",
-                "message": f"your file has no `{info['missing']}`: keep the names and signatures of the starter file"}
-    if info is not None and isinstance(e, NotImplementedError):
-        name = f"`{frames[-1].get('function')}`" if frames else "this part"
-        return {"kind": "not_implemented", "message": f"{name} is not implemented yet (it raises NotImplementedError)",
-                **where}
-    if info is not None:
-        return {"kind": "exception", **where, "check": _test_line(e, item),
-                "message": f"{info.get('call')} was expected to succeed, but your code raised {type(e).__name__}: {e}"}
-    if during == "setup":
-        return {"kind": "setup", "message": f"the test could not be prepared: {type(e).__name__}: {e}"}
-    if isinstance(e, AssertionError):
-        return {"kind": "assertion", "message": str(e).strip() or "assertion failed", "check": _test_line(e, item)}
-    return {"kind": "exception", "check": _test_line(e, item),
-            "message": f"checking your result raised {type(e).__name__}: {e} (is the returned value of the right type?)"}
-
-
-def _test_line(e: BaseException, item) -> str:
-    """The line of the test that failed (the failing check), for plain asserts and helper calls alike."""
-    import traceback
-
-    test_file = str(Path(str(item.fspath)).resolve())
-    line = ""
-    for frame in traceback.extract_tb(e.__traceback__):
-        if str(Path(frame.filename).resolve()) == test_file:
-            last = max(frame.lineno, getattr(frame, "end_lineno", None) or frame.lineno)
-            lines = [linecache.getline(frame.filename, n).strip() for n in range(frame.lineno, last + 1)]
-            line = " ".join(lines) if lines and lines[0] else (frame.line or "").strip()
-    return line.replace("( ", "(").replace(" )", ")")
