@@ -149,7 +149,7 @@ def learner_for(request):
     folder = Path(str(request.fspath)).parent
     target = getattr(request, "param", "file" if os.environ.get(FILE_ENV) else SOLUTION)
     learner, module = LEARNERS.get(target_path(folder, target), folder.name)
-    learner.mutable = tuple(getattr(request.module, "MAY_CHANGE_IN_PLACE", ()))
+    learner.mutable = dict(getattr(request.module, "MAY_CHANGE_IN_PLACE", {}))  # name -> position
     learner.printed = ""
     CURRENT[0] = learner
     return module

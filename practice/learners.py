@@ -78,7 +78,7 @@ class RemoteLearner:
     """One process that imported the reader's file; `module` is its proxy."""
 
     def __init__(self, zygote: Zygote, path: Path, name: str):
-        self.path, self.mutable, self.printed = str(path), (), ""
+        self.path, self.mutable, self.printed = str(path), {}, ""  # mutable: argument name -> position
         self.paths = {self.path}  # every file imported in this process
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_read, err_write = os.pipe()

@@ -97,7 +97,7 @@ class GraderEndpoint(rpc.Endpoint):
 
     def request(self, op, target=None, name=None, args=(), kwargs=None, **extra):
         if op in ("call", "callmethod"):
-            extra["mutable"] = sorted(self.learner.mutable)
+            extra["mutable"] = sorted(self.learner.mutable)  # the names; the reader's process reports changes
         try:
             return super().request(op, target, name, args, kwargs, **extra)
         except wire.Deadline:
@@ -126,13 +126,21 @@ class GraderEndpoint(rpc.Endpoint):
         return value
 
     def _copy_back(self, back, bufs, args, kwargs) -> None:
-        """Arguments the call may change (a list the scheduler edits, a generator's state) get their new contents."""
+        """Arguments the call may change (a list the scheduler edits, a generator's state) get their new contents.
+
+        Which ones is the test's decision (MAY_CHANGE_IN_PLACE: name -> position), never the reader's process's:
+        anything else it sends back is ignored, so it cannot rewrite an input the test computes its reference from.
+        """
         if not isinstance(back, dict):
             return
+        torch = sys.modules.get("torch")
+        allowed = {str(k) for k in self.learner.mutable} | {str(v) for v in self.learner.mutable.values()}
         for key, tree in back.items():
             original = args[int(key)] if key.isdigit() and int(key) < len(args) else kwargs.get(key)
+            is_generator = torch is not None and isinstance(original, torch.Generator)
+            if key not in allowed and not is_generator:
+                continue
             new = self.dec(tree, bufs)
-            torch = sys.modules.get("torch")
             if isinstance(original, list) and isinstance(new, list):
                 original[:] = new
             elif isinstance(original, dict) and isinstance(new, dict):

@@ -27,6 +27,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 JUDGE = ROOT / "practice" / "judge.py"
 SANDBOXES = ["auto", "process"]
+ALWAYS = {  # what must show in the output in every sandbox
+    "sends_back_a_rewritten_argument": "FAIL  test_random_tables_match_minillm",
+}
 HOW = {  # with the process sandbox only, what stops each attack must show in the output
     "rewrites_its_test_file": "This run changed files the judge depends on",
     "appends_a_hook_to_the_conftest": "This run changed files the judge depends on",
@@ -148,6 +151,28 @@ for folder in [{str(ROOT)!r}] + {COPIES}:
     except OSError:
         pass
 ''' + WRONG_PADDING),
+    "sends_back_a_rewritten_argument": ("slot-mapping", '''
+import sys
+sandbox = sys.modules.get("sandbox")  # the judge's code in this process: patch what it replies
+if sandbox is not None:
+    original = sandbox.LearnerEndpoint.reply_extra
+
+    def reply_extra(self, header, bufs):
+        extra = original(self, header, bufs)
+        extra["back"] = {"0": self.enc(list(range(64)), bufs)}  # "the block table is now 0, 1, 2, ..."
+        extra["mutated"] = []
+        return extra
+
+    sandbox.LearnerEndpoint.reply_extra = reply_extra
+
+
+def num_blocks_needed(num_tokens, block_size):
+    return -(-num_tokens // block_size)
+
+
+def slot_mapping_for(block_table, positions, block_size):  # as if every table were 0, 1, 2, ...
+    return [p for p in positions]
+'''),
     "kills_the_judge": ("padding-waste", '''
 import os, signal
 pid = os.getpid()
@@ -225,6 +250,8 @@ def test_an_attack_gets_a_failing_verdict_and_changes_nothing(tmp_path, attack, 
         shutil.rmtree(backup)
     assert code != 0, out
     assert "tests pass. Well done" not in out, out
+    if attack in ALWAYS:
+        assert ALWAYS[attack] in out, out
     if sandbox == "process" and attack in HOW:
         assert re.search(HOW[attack], out), out
     if "changed files the judge depends on" in out:

@@ -4,7 +4,8 @@
   $PRACTICE_FILE when the judge sets it, else the folder's solution.py (in `check` mode, each of
   solution.py, starter.py and wrong/*.py in turn). `learner.rms_norm(x, w)` calls the reader's code
   there and brings the value back. A test module may name the arguments its calls are allowed to
-  change in place: `MAY_CHANGE_IN_PLACE = {"running", "waiting"}`; any other change fails the test.
+  change in place, with their positions: `MAY_CHANGE_IN_PLACE = {"running": 0, "waiting": 1}`; any
+  other change fails the test, and only those arguments get the new contents back.
 - `tiny_model`: a random Qwen3 with a 512-token vocabulary, written to a temp folder and loaded once.
   It stays in the grader: the reader's code can call it (and `check_token_ids`), read its layers and
   config, not change it.
