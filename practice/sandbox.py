@@ -16,6 +16,7 @@ import faulthandler
 import importlib.util
 import inspect
 import io
+import linecache
 import os
 import re
 import signal
@@ -138,12 +139,13 @@ def _mutable_value(value) -> bool:
 
 
 def learner_frames(e: BaseException, paths: set[str]) -> list[dict]:
-    """The lines of the reader's files in the traceback, innermost last."""
+    """The lines of the reader's files in the traceback, innermost last, with the function's qualified name."""
     frames = []
-    for frame in traceback.extract_tb(e.__traceback__):
-        if os.path.abspath(frame.filename) in paths:
-            frames.append({"file": frame.filename, "line": frame.lineno, "code": (frame.line or "").strip(),
-                           "function": frame.name})
+    for frame, line in traceback.walk_tb(e.__traceback__):
+        code = frame.f_code
+        if os.path.abspath(code.co_filename) in paths:
+            frames.append({"file": code.co_filename, "line": line, "function": getattr(code, "co_qualname", code.co_name),
+                           "code": linecache.getline(code.co_filename, line).strip()})
     return frames
 
 
