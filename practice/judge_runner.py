@@ -74,7 +74,8 @@ class Grader:
         practice = copy / "practice"
         cmd = [sys.executable, "-I", str(practice / "grader.py"), *[str(practice / "problems" / f) for f in folders],
                "-c", str(practice / "pytest.ini"), "--rootdir", str(practice / "problems"), "-q",
-               "--tb=no", "-p", "no:logging",  # the plugin reports failures; pytest's own tracebacks cost seconds
+               "--tb=no", "-p", "no:logging", "--assert=plain",  # the plugin reports failures: pytest's own
+               # tracebacks and assert rewriting would only cost seconds (the tests use grading's checks)
                "--basetemp", str(copy / f"pytest-tmp-{index}")]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, cwd=copy, env=env, stdout=self.log, stderr=subprocess.STDOUT,
