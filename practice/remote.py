@@ -83,9 +83,19 @@ def set_deadline(seconds: float | None) -> None:
 
 
 class GraderEndpoint(rpc.Endpoint):
+    fatal = rpc.Endpoint.fatal + (ChangedInput, InvalidAnswer, LearnerDied)  # the test fails with these directly
+
     def __init__(self, sock, learner):  # learner: learners.RemoteLearner
         super().__init__(sock, "G")
         self.learner = learner
+
+    def serve(self, header, bufs):
+        """A request of the reader's code (a call of the model, ...); a failure of the test itself ends the exchange."""
+        try:
+            super().serve(header, bufs)
+        except (ChangedInput, InvalidAnswer, LearnerDied):
+            self.learner.stop()  # it waits for a reply that will not come: start afresh for the next test
+            raise
 
     @property
     def deadline(self):

@@ -103,6 +103,7 @@ class Endpoint(Codec):
     """One side of the socket: sends requests, and serves the peer's requests on our objects."""
 
     proxy_type, method_type = Proxy, ProxyMethod
+    fatal: tuple = (PeerGone, Deadline, ProtocolError)  # errors that end the exchange instead of being answered
 
     def __init__(self, sock, side: str):
         super().__init__(side)
@@ -184,7 +185,7 @@ class Endpoint(Codec):
         reply_bufs: list = []
         try:
             reply = {"re": header.get("req"), "ok": self.enc(self.dispatch(header, bufs), reply_bufs)}
-        except (PeerGone, Deadline, ProtocolError):
+        except self.fatal:
             raise
         except BaseException as e:  # noqa: BLE001 — whatever happened is the answer
             if self.side == "G" and not isinstance(e, Exception):
