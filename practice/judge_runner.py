@@ -84,6 +84,7 @@ class Grader:
         os.close(key_r)
         self.events, self.pending = events_r, b""
         self.outcome, self.running, self.since, self.killed = Outcome(), None, time.monotonic(), False
+        self.phase = "setup"
         self.last_event = time.monotonic()
 
     def read(self) -> bool:
@@ -110,8 +111,10 @@ class Grader:
             return
         self.seq += 1
         kind = event.pop("event", None)
-        if kind in ("start", "load_start"):
-            self.running, self.since = event.get("test", IMPORTING), time.monotonic()
+        if kind in ("start", "load_start"):  # a test's setup (which may import the file), or the import itself
+            self.running, self.since, self.phase = event.get("test", IMPORTING), time.monotonic(), "setup"
+        elif kind == "call":  # the test itself: its own time limit, from now
+            self.since, self.phase = time.monotonic(), "call"
         elif kind in ("result", "load_ok", "load_error"):
             self.running = None
         if kind == "collected":
@@ -131,7 +134,7 @@ class Grader:
         now = time.monotonic()
         if self.running is None:
             return now - self.last_event > IDLE_LIMIT
-        limit = import_timeout(self.timeout) if self.running == IMPORTING else self.timeout
+        limit = self.timeout if self.phase == "call" else import_timeout(self.timeout)
         return now - self.since > limit + STACK_WAIT + GRACE
 
     def kill(self) -> None:
