@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: demo test test-py test-notebooks test-practice test-book lab book book-build clean
+.PHONY: demo test test-py test-notebooks test-practice test-book test-lab notebooks lab book book-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,8 +22,18 @@ test: $(STAMP)
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks -q
 	$(PY) practice/judge.py check
 
+# Re-execute every chapter in place from a fresh kernel (how the committed notebooks are made).
+notebooks: $(STAMP)
+	for nb in notebooks/[0-9]*.ipynb; do \
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 \
+	    --ExecutePreprocessor.record_timing=False "$$nb" || exit 1; \
+	done
+
+# JupyterLab on chapter 1, with the repository as its file tree (notebooks/ and practice/ side by side).
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks
+	@echo "Opening chapter 1 in JupyterLab. The chapters: $$(cd notebooks && echo [0-9][0-9]_*.ipynb)"
+	@echo "Exercises, from a terminal: $(PY) practice/judge.py (list) | start NAME | test NAME | hint NAME"
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. notebooks/01_mini_llm.ipynb
 
 # The site: notebooks/ rendered as they are (never executed) plus docs/, offline (docs/vendor/).
 book-build: $(STAMP)
@@ -35,6 +45,10 @@ book: book-build
 # Only the site's checks: the strict build and every page in headless Chromium (part of `make test`).
 test-book: $(STAMP)
 	$(PY) -m pytest tests/test_site.py -q
+
+# Only the JupyterLab checks: chapters 3 and 5 run and played with in JupyterLab, in headless Chromium.
+test-lab: $(STAMP)
+	$(PY) -m pytest tests/test_lab.py -q
 
 clean:
 	rm -rf site test-artifacts .pytest_cache

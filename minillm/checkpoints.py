@@ -12,7 +12,9 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 import zlib
 from pathlib import Path
 
@@ -83,8 +85,13 @@ def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenize
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+    # First use only: say what the pause is (stderr, so that stdout stays the caller's)
+    print(f"minillm: generating the {folder.name} checkpoint from a fixed seed into {folder.parent} "
+          "(first use only, a few seconds)...", end="", file=sys.stderr, flush=True)
+    start = time.perf_counter()
     try:
         write_checkpoint(tmp, config, seed, with_tokenizer)
+        print(f" done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
         for f in [tmp, *tmp.iterdir()]:  # mkdtemp makes the folder private; a cache is readable like any download
             os.chmod(f, 0o755 if f.is_dir() else 0o644)
         try:

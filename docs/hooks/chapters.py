@@ -1,10 +1,11 @@
-"""Put the chapter notebooks into the site and write the pages that list them.
+"""Put the chapter notebooks and the exercises into the site, and write the pages that list them.
 
 notebooks/NN_name.ipynb stays the only copy in git: on_files adds each one to the site at the
 same path, read from outside docs_dir, and mkdocs-jupyter renders it as it is (executed, never re-run).
-on_config fills the nav's "Chapters" section in file order, and on_page_markdown expands two
-markers: the chapter map on the home page and the exercise list built from the front matter of
-practice/problems/*/problem.md (title, chapter, difficulty, requires).
+Each practice/problems/<slug>/problem.md becomes the page exercises/<slug>/ (its hints folded, the
+judge's commands added). on_config fills the nav's "Chapters" and "Exercises" sections in order, and
+on_page_markdown expands two markers: the chapter map on the home page and the exercise list built
+from the problems' front matter (title, chapter, difficulty, requires).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ CHAPTERS_SECTION = "Chapters"
 CHAPTER_MAP_MARKER = "<!-- chapter-map -->"
 EXERCISES_MARKER = "<!-- exercises -->"
 REQUIRED_FIELDS = ("title", "chapter", "difficulty")
+EXERCISES_SECTION = "Exercises"
+EXERCISES_INDEX = "exercises/index.md"
+HINTS = re.compile(r"^## Hints[ \t]*\n(?P<body>.*?)(?=^## |\Z)", re.DOTALL | re.MULTILINE)
 
 
 def chapter_notebooks(root: Path) -> list[Path]:
@@ -91,6 +95,51 @@ def _chapter_link(stem: str, titles: dict[str, str]) -> str:
     return f"`{stem}` *(not written yet)*"
 
 
+def exercise_src_uri(slug: str) -> str:
+    return f"exercises/{slug}.md"
+
+
+def exercise_page_markdown(root: Path, problem: dict, number: int) -> str:
+    """One exercise's page: its statement from problem.md, the hints folded, the judge's commands."""
+    text = (root / "practice" / "problems" / problem["slug"] / "problem.md").read_text(encoding="utf-8")
+    body = FRONT_MATTER.sub("", text, count=1).strip()
+    hints = HINTS.search(body)
+    body = HINTS.sub("", body).strip()
+    title_line, _, rest = body.partition("\n")
+    if not title_line.startswith("# "):
+        title_line, rest = f"# {problem['title']}", body
+    titles = {nb.stem: notebook_title(nb) for nb in chapter_notebooks(root)}
+    chapter = problem["chapter"]
+    chapter_link = (f"[{titles[chapter]}](../{site_path(Path(chapter + '.ipynb'))})" if chapter in titles
+                    else f"`{chapter}`")
+    needs = ", ".join(f"`{item}`" for item in problem["requires"]) or "nothing extra"
+    slug = problem["slug"]
+    parts = [
+        f"{title_line.split(' ', 1)[0]} {number}. {title_line[2:].strip()}",
+        "",
+        f"**From** {chapter_link} · **difficulty** {problem['difficulty']} · **needs** {needs}",
+        "",
+        rest.strip(),
+        "",
+    ]
+    if hints:
+        folded = "\n".join(("    " + line) if line.strip() else "" for line in hints.group("body").strip().splitlines())
+        parts += ['??? tip "Hints (open when you are stuck)"', "", folded, ""]
+    parts += [
+        "## Solve it on your machine",
+        "",
+        "```bash",
+        f"python practice/judge.py start {slug}   # copies the starter to practice/workspace/",
+        f"python practice/judge.py test {slug}    # runs the tests on your file",
+        f"python practice/judge.py hint {slug}    # the hints above, in the terminal",
+        "```",
+        "",
+        "[All exercises](index.md)",
+        "",
+    ]
+    return "\n".join(parts)
+
+
 def chapter_map_markdown(root: Path, blurbs: dict[str, str]) -> str:
     """One table row per chapter: notebooks that exist, plus planned ones listed in docs/chapters.yml."""
     titles = {nb.stem: notebook_title(nb) for nb in chapter_notebooks(root)}
@@ -120,25 +169,39 @@ def exercises_markdown(root: Path) -> str:
             heading = titles.get(chapter, chapter)
             parts.append(f"\n## {heading}\n")
             if chapter in titles:
-                parts.append(f"[Read the chapter]({site_path(Path(chapter + '.ipynb'))}) first.\n")
+                parts.append(f"[Read the chapter](../{site_path(Path(chapter + '.ipynb'))}) first.\n")
             parts.append("| # | Exercise | Difficulty | Needs | Start it with |")
             parts.append("|---|---|---|---|---|")
         needs = ", ".join(f"`{item}`" for item in problem["requires"]) or "nothing extra"
         command = f"`python practice/judge.py start {problem['slug']}`"
         title = str(problem["title"]).replace("|", "\\|")  # a "|" would end the table cell
-        parts.append(f"| {number} | **{title}** (`{problem['slug']}`) | {problem['difficulty']} | {needs} | {command} |")
+        link = f"[{title}]({problem['slug']}.md)"
+        parts.append(f"| {number} | **{link}** (`{problem['slug']}`) | {problem['difficulty']} | {needs} | {command} |")
     return "\n".join(parts).strip() + "\n"
 
 
+def numbered_problems(root: Path) -> list[tuple[int, dict]]:
+    """The exercises in the judge's order, numbered as `judge.py start N` numbers them."""
+    return list(enumerate(sorted(read_problems(root), key=_book_order), start=1))
+
+
 def on_config(config):
-    """Fill the nav's "Chapters" section with one entry per notebook, titled by its first heading."""
+    """Fill the nav's "Chapters" (one entry per notebook) and "Exercises" (the list, then each one)."""
     root = Path(config.config_file_path).parent
     chapters = [{notebook_title(nb): site_path(nb)} for nb in chapter_notebooks(root)]
+    exercises = [EXERCISES_INDEX] + [{f"{n}. {p['title']}": exercise_src_uri(p["slug"])}
+                                     for n, p in numbered_problems(root)]
+    sections = {CHAPTERS_SECTION: chapters, EXERCISES_SECTION: exercises}
+    found = set()
     for item in config.nav or []:
-        if isinstance(item, dict) and CHAPTERS_SECTION in item:
-            item[CHAPTERS_SECTION] = chapters
-            return config
-    raise PluginError(f"mkdocs.yml nav needs a '{CHAPTERS_SECTION}: []' section for the notebooks")
+        for name in sections:
+            if isinstance(item, dict) and name in item:
+                item[name] = sections[name]
+                found.add(name)
+    missing = [name for name in sections if name not in found]
+    if missing:
+        raise PluginError(f"mkdocs.yml nav needs {', '.join(repr(m + ': []') for m in missing)} section(s)")
+    return config
 
 
 @event_priority(50)  # before mkdocs-jupyter's on_files, which wraps every .ipynb file it sees
@@ -151,6 +214,11 @@ def on_files(files, config):
         # in git; a File.generated one would lose its source path inside mkdocs-jupyter's wrapper.
         files.append(File(site_path(notebook), src_dir=str(root), dest_dir=config.site_dir,
                           use_directory_urls=config.use_directory_urls))
+    for number, problem in numbered_problems(root):
+        src_uri = exercise_src_uri(problem["slug"])
+        if files.get_file_from_path(src_uri) is not None:
+            raise PluginError(f"docs/{src_uri} shadows the exercise page made from its problem.md; remove it")
+        files.append(File.generated(config, src_uri, content=exercise_page_markdown(root, problem, number)))
     return files
 
 

@@ -5,7 +5,8 @@ nbconvert's templates (through mkdocs-jupyter) write three loaders into every ch
   loads the vendored MathJax 3 (mkdocs.yml extra_javascript, configured by assets/mathjax-config.js);
 - a script that appends the widget embedder from unpkg at DOMContentLoaded: removed, and pages with
   saved widget state get the vendored require.js and embed-amd.js at the end of <body> instead. There
-  they run after the theme's bundle, whose UMD parts would otherwise register with require.js and fail;
+  they run after the theme's bundle, whose UMD parts would otherwise register with require.js and fail.
+  A page that shows no widget view (the book's ipywidgets cells are jupyterlab-only) loses the state too;
 - a mermaid loader that imports from cdnjs when a page has a mermaid output: removed when it has none.
 Any script, stylesheet or import still aimed at another host is then a warning, so
 `mkdocs build --strict` fails instead of shipping a page that calls out.
@@ -30,6 +31,10 @@ MERMAID_LOADER = re.compile(
     re.DOTALL,
 )
 WIDGET_STATE = 'type="application/vnd.jupyter.widget-state+json"'
+WIDGET_VIEW = 'type="application/vnd.jupyter.widget-view+json"'
+# the saved state of a notebook's widgets; useless on a page that shows none of them (their cells are
+# tagged jupyterlab-only and left out), so it is dropped there together with the embedder
+WIDGET_STATE_BLOCK = re.compile(r'<script type="application/vnd\.jupyter\.widget-state\+json">.*?</script>\s*', re.DOTALL)
 # src=/href= on script and link tags, and import("...") in inline modules, that leave the site
 EXTERNAL_LOAD = re.compile(
     r"""<(?:script|link)\b[^>]*?\b(?:src|href)\s*=\s*["']((?:https?:)?//[^"']+)["']"""
@@ -53,6 +58,8 @@ def make_offline(html: str, page_url: str) -> str:
     if '<div class="jp-Mermaid">' not in html:
         html = MERMAID_LOADER.sub("", html)
     html, loaders = WIDGETS_LOADER.subn("", html)
+    if WIDGET_VIEW not in html:
+        html = WIDGET_STATE_BLOCK.sub("", html)
     if loaders and WIDGET_STATE in html:
         tags = WIDGET_SCRIPTS.format(
             require_js=get_relative_url("vendor/requirejs/require.js", page_url),

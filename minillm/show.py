@@ -1,0 +1,74 @@
+"""Show the engine's own code in a chapter, highlighted, the same in JupyterLab and on the book's site.
+
+`source(obj, ...)` returns a small object that Jupyter displays as a Markdown fenced code block
+(`text/markdown`): JupyterLab highlights it as Python, and the site's notebook renderer turns it
+into the same highlighted block as the rest of the book's code. Printed in a terminal, it is the
+plain source.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Source:
+    """The source of one or more functions, classes or methods, as one displayable block."""
+
+    def __init__(self, *objs):
+        if not objs:
+            raise ValueError("source() needs at least one function, class or method: got none")
+        self.objs = objs
+        self.parts = [_source_of(obj) for obj in objs]
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(part.rstrip("\n") for part in self.parts) + "\n"
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_markdown_(self) -> str:
+        # a fence longer than any run of backticks inside the code, so the code can never close it
+        longest = max((len(run) for run in re.findall(r"`+", self.text)), default=0)
+        fence = "`" * max(3, longest + 1)
+        return f"{fence}python\n# {self.where()}\n{self.text}{fence}\n"
+
+    def where(self) -> str:
+        """Where a reader finds the code: its file(s) in the repository, and the class of a method."""
+        files = []
+        for obj in self.objs:
+            path = _file_of(obj)
+            if path not in files:
+                files.append(path)
+        methods = [obj.__qualname__ for obj in self.objs if "." in getattr(obj, "__qualname__", "")]
+        return ", ".join(files) + (f": {', '.join(methods)}" if methods else "")
+
+
+def source(*objs) -> Source:
+    """Display the source of functions, classes or methods as highlighted Python (one block)."""
+    return Source(*objs)
+
+
+def _source_of(obj) -> str:
+    try:
+        code = inspect.getsource(obj)
+    except (TypeError, OSError) as error:
+        raise ValueError(f"cannot show the source of {obj!r}: {error}") from None
+    return textwrap.dedent(code)  # a method's source keeps its class indentation: drop it
+
+
+def _file_of(obj) -> str:
+    target = inspect.unwrap(obj.fget if isinstance(obj, property) else obj)
+    try:
+        path = Path(inspect.getsourcefile(target) or "").resolve()
+    except TypeError:
+        return "?"
+    try:
+        return path.relative_to(PACKAGE_ROOT).as_posix()
+    except ValueError:
+        return path.name
