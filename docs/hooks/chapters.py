@@ -102,7 +102,7 @@ def exercise_src_uri(slug: str) -> str:
 def exercise_page_markdown(root: Path, problem: dict, number: int) -> str:
     """One exercise's page: its statement from problem.md, the hints folded, the judge's commands."""
     text = (root / "practice" / "problems" / problem["slug"] / "problem.md").read_text(encoding="utf-8")
-    body = FRONT_MATTER.sub("", text, count=1).strip()
+    body = problem_md_parser.split_front_matter(text)[1].strip()
     hints = HINTS.search(body)
     body = HINTS.sub("", body).strip()
     title_line, _, rest = body.partition("\n")
