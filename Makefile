@@ -4,7 +4,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: demo test test-py test-notebooks test-practice test-book test-lab notebooks lab book book-build clean
+# The site's browser test drives Chromium. `make test` installs it when it is missing, as CI would:
+# Debian's package where apt-get can be used (as root, or with password-less sudo), elsewhere
+# Playwright's own build. MINILLM_SKIP_BROWSER=1 skips both the install and the browser checks.
+MINILLM_CHROMIUM ?= /usr/bin/chromium
+APT_GET          ?= apt-get
+SUDO             ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export MINILLM_CHROMIUM
+
+.PHONY: demo test test-py test-notebooks test-practice test-book test-lab chromium notebooks lab book book-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,10 +25,32 @@ demo: $(STAMP)
 
 # The full test command (CI runs exactly this): unit and property tests, every notebook under nbval,
 # every exercise's reference solution and starter, and the site (strict build + browser test).
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(PY) -m pytest tests -q
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks -q
 	$(PY) practice/judge.py check
+
+# Chromium for the browser test: nothing to do when it is there (Debian's, or Playwright's own build).
+chromium: $(STAMP)
+	@if [ "$$MINILLM_SKIP_BROWSER" = 1 ] || [ -x "$(MINILLM_CHROMIUM)" ]; then exit 0; fi; \
+	if command -v $(APT_GET) >/dev/null 2>&1 && { [ -z "$(SUDO)" ] || $(SUDO) -n true 2>/dev/null; }; then \
+	    echo "make: installing Debian's chromium for the site's browser test ($(strip $(SUDO) $(APT_GET)) install chromium)"; \
+	    $(SUDO) $(APT_GET) update -qq && $(SUDO) $(APT_GET) install -y -qq chromium >/dev/null; \
+	    if [ -x "$(MINILLM_CHROMIUM)" ]; then exit 0; fi; \
+	    echo "make: apt-get did not provide $(MINILLM_CHROMIUM)"; \
+	fi; \
+	if $(PY) -c "$$PLAYWRIGHT_HAS_CHROMIUM"; then exit 0; fi; \
+	echo "make: no Debian chromium here, so installing Playwright's own Chromium for the site's browser test (python -m playwright install chromium)"; \
+	$(PY) -m playwright install chromium
+
+# Exit status 0 when Playwright's own Chromium build is installed.
+define PLAYWRIGHT_HAS_CHROMIUM
+import os, sys
+from playwright.sync_api import sync_playwright
+with sync_playwright() as p:
+    sys.exit(0 if os.path.exists(p.chromium.executable_path) else 1)
+endef
+export PLAYWRIGHT_HAS_CHROMIUM
 
 # Re-execute every chapter in place from a fresh kernel (how the committed notebooks are made).
 notebooks: $(STAMP)
@@ -43,11 +73,11 @@ book: book-build
 	$(VENV)/bin/mkdocs serve --strict
 
 # Only the site's checks: the strict build and every page in headless Chromium (part of `make test`).
-test-book: $(STAMP)
+test-book: $(STAMP) chromium
 	$(PY) -m pytest tests/test_site.py -q
 
 # Only the JupyterLab checks: chapters 3 and 5 run and played with in JupyterLab, in headless Chromium.
-test-lab: $(STAMP)
+test-lab: $(STAMP) chromium
 	$(PY) -m pytest tests/test_lab.py -q
 
 clean:

@@ -138,19 +138,32 @@ def load_average() -> float | None:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
+# Options --quick changes, with their full-run and quick values; --quick sets only those not given.
+FULL_RUN = dict(concurrency=[1, 2, 4, 8, 16], requests=16, prompt_lens=[8, 32], max_tokens=32, repeats=3)
+QUICK_RUN = dict(concurrency=[1, 2, 4], requests=4, prompt_lens=[4, 12], max_tokens=4, repeats=1)
+
+
 def parse_args(argv):
+    from minillm.cli import existing_folder, int_arg, int_list_arg, writable_file
+
     p = argparse.ArgumentParser(prog="python -m minillm bench", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=None, help="checkpoint folder (default: the generated bench model)")
-    p.add_argument("--concurrency", default="1,2,4,8,16", help="comma-separated concurrency levels")
-    p.add_argument("--requests", type=int, default=16, help="requests in the workload")
-    p.add_argument("--prompt-lens", default="8,32", help="min,max prompt length in tokens")
-    p.add_argument("--max-tokens", type=int, default=32, help="new tokens per request")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per contender; the median is reported")
-    p.add_argument("--budget", type=int, default=512, help="the engine's max_num_batched_tokens")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+    def default(name):
+        show = lambda v: ",".join(map(str, v)) if isinstance(v, list) else v  # noqa: E731
+        return f"(default: {show(FULL_RUN[name])}; with --quick: {show(QUICK_RUN[name])})"
+
+    p.add_argument("--model", type=existing_folder, default=None, help="checkpoint folder (default: the generated bench model)")
+    p.add_argument("--concurrency", type=int_list_arg(min=1), help="comma-separated concurrency levels " + default("concurrency"))
+    p.add_argument("--requests", type=int_arg(min=1), help="requests in the workload " + default("requests"))
+    p.add_argument("--prompt-lens", type=int_list_arg(min=1, length=2, ascending=True),
+                   help="min,max prompt length in tokens " + default("prompt_lens"))
+    p.add_argument("--max-tokens", type=int_arg(min=1), help="new tokens per request " + default("max_tokens"))
+    p.add_argument("--repeats", type=int_arg(min=1), help="timed rounds per contender; the median is reported " + default("repeats"))
+    p.add_argument("--budget", type=int_arg(min=1), default=512, help="the engine's max_num_batched_tokens")
+    p.add_argument("--threads", type=int_arg(min=1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save", default=None, help="write the results as JSON to this path")
+    p.add_argument("--seed", type=int_arg(min=0), default=0)
+    p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON to this path (checked first)")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
     p.add_argument("--workload", default="concurrency", choices=["concurrency", "shared-prefix"],
                    help="concurrency (this table) or shared-prefix (prefix caching off vs on; see bench_prefix.py)")
@@ -158,9 +171,9 @@ def parse_args(argv):
     if argv[:1] == ["--"]:  # `python -m minillm bench -- --quick`: the separator some shells need
         argv = argv[1:]
     args = p.parse_args(argv)
-    if args.quick:
-        args.requests, args.max_tokens, args.repeats, args.prompt_lens = 4, 4, 1, "4,12"
-        args.concurrency = "1,2,4"
+    for name, value in (QUICK_RUN if args.quick else FULL_RUN).items():
+        if getattr(args, name) is None:  # --quick fills in only what the reader did not pass
+            setattr(args, name, value)
     return args
 
 
@@ -173,8 +186,8 @@ def main(argv=None) -> int:
     load_before = load_average()
     if args.threads:
         torch.set_num_threads(args.threads)
-    levels = sorted({int(c) for c in args.concurrency.split(",")} | {1})
-    lo, hi = (int(x) for x in args.prompt_lens.split(","))
+    levels = sorted(set(args.concurrency) | {1})
+    lo, hi = args.prompt_lens
     if args.model:
         path = Path(args.model)
     elif args.quick:

@@ -2,7 +2,6 @@
 
     engine = LLMEngine(path)                       # or LLMEngine(model) for a loaded Transformer
     outputs = engine.generate(["Hello", [1, 2, 3]], SamplingParams(max_tokens=20))
-    engine = LLMEngine(path, enable_prefix_caching=True)   # chapter 7: shared prefixes are computed once
 
 Each `step()` asks the scheduler for a plan, lays the planned chunks out as one flat batch
 (`build_batch`), runs `ModelRunner.forward` once, samples a token for every request whose chunk
@@ -12,72 +11,60 @@ its requests finish; `stream` yields tokens as they are produced.
 
 from __future__ import annotations
 
-import json
+import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from minillm.checking import as_int, check_int, check_int_list
+from minillm.detokenizer import IncrementalDetokenizer
 from minillm.model import Transformer
+from minillm.outputs import Output, TokenEvent, Timing
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
-from minillm.checking import as_int
 from minillm.prefix_cache import PrefixCacheStats
+from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
 
 
-@dataclass
-class Output:
-    """A finished request. Times are in seconds, measured from the moment it was added."""
-
-    request_id: str
-    prompt_ids: list[int]
-    token_ids: list[int]
-    text: str  # the decoded tokens ("" when the engine has no tokenizer)
-    finish_reason: str  # "length" (max_tokens reached) or "stop" (a stop token or EOS)
-    ttft: float  # time to first token
-    itl: list[float]  # inter-token latencies: the gaps between consecutive tokens
-    num_preemptions: int = 0
-    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache, never computed (vLLM's name)
-
-    @property
-    def latency(self) -> float:
-        """Time from submission to the last token."""
-        return self.ttft + sum(self.itl)
-
-
-@dataclass
-class TokenEvent:
-    """One token produced by one step for one request; `output` is set when that token finished it."""
-
-    request_id: str
-    token_id: int
-    output: Output | None = None
-
-
-@dataclass
-class _Timing:
-    added: float
-    token_times: list[float] = field(default_factory=list)
-
-
 class LLMEngine:
     def __init__(self, model: Transformer | str | Path | None = None, *, tokenizer=None, block_size: int = 16,
                  num_blocks: int | None = None, max_num_batched_tokens: int = 512, max_num_seqs: int = 16,
-                 max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30, eos_token_id: int | None = None,
-                 device=None, dtype: torch.dtype = torch.float32, seed: int = 0, record_plans: bool = False,
-                 enable_prefix_caching: bool = False):
+                 max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30,
+                 eos_token_id: int | list[int] | None = None, device=None, dtype: torch.dtype = torch.float32,
+                 seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False):
         """model: a loaded Transformer, or a checkpoint folder (None: the book's default model).
 
         The KV pool gets `num_blocks` blocks, by default enough for max_num_seqs full-length requests
-        but at most `kv_cache_bytes` of memory. enable_prefix_caching (vLLM's name; off here, so that
-        chapter 6 reads as before) lets requests reuse the KV blocks of prefixes computed earlier.
+        but at most `kv_cache_bytes` of memory. `max_model_len` defaults to the model's
+        max_position_embeddings, capped at 4096. `eos_token_id` (an id or a list; [] for none) defaults
+        to the checkpoint's (generation_config.json, else config.json). enable_prefix_caching (vLLM's name;
+        off here, so that chapter 6 reads as before) reuses the KV blocks of prompt prefixes computed
+        earlier (chapter 7). Every argument is checked before anything is loaded or allocated.
         """
-        if model is None or isinstance(model, (str, Path)):
+        block_size = check_int("block_size", block_size, min=1)
+        num_blocks = None if num_blocks is None else check_int("num_blocks", num_blocks, min=1)
+        max_num_batched_tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, min=1)
+        max_num_seqs = check_int("max_num_seqs", max_num_seqs, min=1)
+        max_model_len = None if max_model_len is None else check_int("max_model_len", max_model_len, min=1)
+        kv_cache_bytes = check_int("kv_cache_bytes", kv_cache_bytes, min=1)
+        seed = check_int("seed", seed, min=0)
+        if eos_token_id is not None:  # one id, or a list of them
+            one = as_int(eos_token_id) is not None
+            eos_token_id = [check_int("eos_token_id", eos_token_id, min=0)] if one else \
+                check_int_list("eos_token_id", eos_token_id, min=0)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"dtype is {dtype!r}: expected a torch.dtype such as torch.float32")
+        if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
+            raise ValueError(f"tokenizer is {tokenizer!r}: expected a Hugging Face tokenizer (or None)")
+        for name, flag in [("record_plans", record_plans), ("enable_prefix_caching", enable_prefix_caching)]:
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} is {flag!r}: expected True or False")
+        if model is None or isinstance(model, (str, os.PathLike)):
             from minillm.checkpoints import default_model_path
 
             path = Path(model) if model is not None else default_model_path()
@@ -87,61 +74,59 @@ class LLMEngine:
                 from minillm.checkpoints import load_tokenizer
 
                 tokenizer = load_tokenizer(path)
-            if eos_token_id is None:
-                eos_token_id = json.loads((path / "config.json").read_text()).get("eos_token_id")
         if not isinstance(model, Transformer):
             raise TypeError(f"model is a {type(model).__name__}: expected a Transformer or a checkpoint folder")
         cfg, weight = model.cfg, model.embed_tokens.weight
+        if device is not None and torch.device(device).type != weight.device.type:
+            raise ValueError(f"device is {device!r} but the model is on {weight.device}: expected the model's "
+                             "device (move it with model.to(device), or pass a checkpoint folder)")
+        max_len = min(cfg.max_position_embeddings, 4096)
+        if max_model_len is not None:
+            max_len = check_int("max_model_len", max_model_len, max=cfg.max_position_embeddings)
         self.model, self.tokenizer, self.device = model, tokenizer, weight.device
-        if isinstance(eos_token_id, list):
-            eos_token_id = eos_token_id[0] if eos_token_id else None
-        self.eos_token_id = eos_token_id if eos_token_id is not None and eos_token_id < cfg.vocab_size else None
-        self.max_model_len = max_model_len or min(cfg.max_position_embeddings, 4096)
+        generation = getattr(model, "generation_config", None)  # set by Transformer.from_pretrained
+        if eos_token_id is None:
+            eos_token_id = list(generation.eos_token_ids) if generation is not None else []
+        # ids the model cannot produce (beyond its vocabulary) can never end a request, so they are dropped
+        self.eos_token_ids = frozenset(t for t in eos_token_id if t < cfg.vocab_size)
+        self.default_sampling_params = SamplingParams(**(generation.sampling_defaults if generation else {}))
+        self.max_model_len = max_len
         if num_blocks is None:
             wanted = max_num_seqs * num_blocks_for(self.max_model_len, block_size)
             num_blocks = max(1, min(wanted, kv_cache_bytes // PagedKVCache.bytes_per_block(model, block_size)))
         self.block_size = block_size
         self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
         self.runner = ModelRunner(model, self.kv)
-        if not isinstance(enable_prefix_caching, bool):
-            raise ValueError(f"enable_prefix_caching is {enable_prefix_caching!r}: expected True or False")
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
                                    self.max_model_len, enable_prefix_caching=enable_prefix_caching)
         self.rng = random.Random(seed)  # seeds for requests that bring none
         self.record_plans = record_plans
         self.plans: list[StepPlan] = []  # every step's plan, when record_plans is on (the notebook draws them)
-        self.timings: dict[str, _Timing] = {}
+        self.timings: dict[str, Timing] = {}
         self._next_id = 0  # for automatic request ids
         self._num_added = 0
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        """The SamplingParams a request without its own gets: the checkpoint's generation_config.json
+        defaults (temperature, top_k, top_p, max_new_tokens), as vLLM's `--generation-config auto`."""
+        return self.default_sampling_params
+
     # ---- requests in -------------------------------------------------------------------------------
     def make_sequence(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> Sequence:
-        """A Sequence for `prompt`, its ids checked; not yet submitted.
-
-        prompt: a string, a list of token ids, or (like vLLM's TextPrompt / TokensPrompt) a dict with "prompt" or
-        "prompt_token_ids" and an optional "cache_salt": requests share cached prefix blocks only with equal salts.
-        """
-        params = params or SamplingParams()
+        """A Sequence for `prompt` (see prompts.py for the accepted forms), its ids checked; not yet submitted."""
+        params = self.default_sampling_params if params is None else params
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params is a {type(params).__name__}: expected SamplingParams")
-        prompt, cache_salt = split_prompt(prompt)
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("this engine has no tokenizer, so prompts must be lists of token ids")
-            ids = self.tokenizer(prompt).input_ids
-        else:
-            ids = list(prompt)
-        V = self.model.cfg.vocab_size
-        bad = [t for t in ids if as_int(t) is None or not 0 <= t < V]
-        if bad:
-            raise ValueError(f"prompt has token id {bad[0]!r}: expected ints in [0, {V})")
-        ids = [int(t) for t in ids]  # numpy or tensor integers become plain ints
+        if request_id is not None and not isinstance(request_id, str):
+            raise ValueError(f"request_id is {request_id!r}: expected a string (or None for an automatic one)")
+        prompt, cache_salt = split_cache_salt(prompt)
+        ids = prompt_ids(prompt, self.tokenizer, self.model.cfg.vocab_size)
         if request_id is None:
             request_id = self._free_ids(1)[0]
         stops = set(params.stop_token_ids)
-        if self.eos_token_id is not None and not params.ignore_eos:
-            stops.add(self.eos_token_id)
-        return Sequence(str(request_id), ids, params, stop_token_ids=frozenset(stops), cache_salt=cache_salt)
+        if not params.ignore_eos:
+            stops |= self.eos_token_ids
+        return Sequence(request_id, ids, params, stop_token_ids=frozenset(stops), cache_salt=cache_salt)
 
     def _free_ids(self, n: int) -> list[str]:
         """The next n automatic request ids ("req-0", "req-1", ...) nobody has used; reserves nothing."""
@@ -165,10 +150,29 @@ class LLMEngine:
         self._num_added += 1
         while f"req-{self._next_id}" in self.scheduler.seen_ids:
             self._next_id += 1
-        self.timings[seq.request_id] = _Timing(time.perf_counter())
+        self.timings[seq.request_id] = Timing(time.perf_counter())
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def abort_request(self, request_id: str | list[str]) -> None:
+        """Stop one request (or a list of them) now: its blocks go back to the pool at once, it produces
+        no more tokens and no Output, and the other requests run on as if it had never been there.
+        Ids that already finished are ignored (they may finish just before the abort arrives, as in
+        vLLM); an id this engine never saw raises ValueError, and nothing is aborted."""
+        ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        for rid in ids:
+            if not isinstance(rid, str) or rid not in self.scheduler.seen_ids:
+                raise ValueError(f"request_id {rid!r} was never submitted to this engine: expected one "
+                                 "that add_request, generate or stream returned")
+        for rid in ids:
+            if self.scheduler.abort(rid) is not None:
+                self.timings.pop(rid, None)
+
+    def _unfinished(self, ids) -> set[str]:
+        """The ids among `ids` still waiting or running (not finished, not aborted)."""
+        live = {s.request_id for s in self.scheduler.waiting} | {s.request_id for s in self.scheduler.running}
+        return live & set(ids)
 
     # ---- the step loop -----------------------------------------------------------------------------
     def step(self) -> list[TokenEvent]:
@@ -204,7 +208,6 @@ class LLMEngine:
         return Output(seq.request_id, seq.prompt_ids, list(seq.output_ids), text, seq.finish_reason,
                       times[0] - timing.added, itl, seq.num_preemptions, seq.num_cached_tokens or 0)
 
-    # ---- prefix caching ----------------------------------------------------------------------------
     @property
     def stats(self) -> PrefixCacheStats:
         """Totals so far: cache lookups, query and hit tokens, hit rate, tokens computed. Each plan has its step's."""
@@ -217,10 +220,8 @@ class LLMEngine:
     # ---- convenience loops -------------------------------------------------------------------------
     def _add_all(self, prompts, params) -> list[str]:
         """Check every request first, so one bad prompt rejects the call before any request is queued."""
-        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # a single prompt
-        prompts = list(prompts)
-        plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        prompts = split_prompts(prompts)
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(plist)} SamplingParams: expected one, or one per prompt")
         seqs = [self.make_sequence(p, sp, rid) for p, sp, rid in zip(prompts, plist, self._free_ids(len(prompts)))]
@@ -234,8 +235,11 @@ class LLMEngine:
                  progress: bool | None = None) -> list[Output]:
         """Run prompts to completion; outputs come back in the order of the prompts.
 
+        prompts: one prompt or any iterable of them (see prompts.py); params: one SamplingParams for
+        all, one per prompt, or None for `get_default_sampling_params()`.
         progress: a tqdm bar counting finished requests (default: on for 16+ prompts in a terminal).
         Requests queued earlier with add_request advance too; their tokens are not returned here.
+        If the call is interrupted (an exception, Ctrl-C), its unfinished requests are aborted.
         """
         ids = self._add_all(prompts, params)
         if progress is None:
@@ -253,38 +257,43 @@ class LLMEngine:
                         outputs[ev.request_id] = ev.output
                         if bar is not None:
                             bar.update(1)
+                if not self._unfinished(wanted - outputs.keys()) and len(outputs) < len(ids):
+                    missing = sorted(wanted - outputs.keys())
+                    raise RuntimeError(f"requests {missing} were aborted before they finished")
         finally:
             if bar is not None:
                 bar.close()
+            left = self._unfinished(wanted - outputs.keys())
+            if left:
+                self.abort_request(sorted(left))
         return [outputs[i] for i in ids]
 
     def stream(self, prompts, params: SamplingParams | list[SamplingParams] | None = None):
-        """Yield (request_id, token_id, text_delta) as each token is produced; then the loop ends."""
+        """Yield (request_id, token_id, text_delta) as each token is produced; then the loop ends.
+
+        text_delta holds only whole characters (see detokenizer.py): a character split over several
+        tokens arrives with the token that completes it. Closing the generator early (`break`,
+        `.close()`, an exception in the loop) aborts its unfinished requests; aborting one of them
+        with `abort_request` ends its part of the stream.
+        """
         ids = self._add_all(prompts, params)
-        pending, produced, shown = set(ids), {i: [] for i in ids}, {i: "" for i in ids}
-        while pending:
-            for ev in self.step():
-                if ev.request_id not in pending:
-                    continue
-                produced[ev.request_id].append(ev.token_id)
-                delta = ""
-                if self.tokenizer is not None:  # decode the whole output: one token may complete a character
-                    text = self.tokenizer.decode(produced[ev.request_id])
-                    delta, shown[ev.request_id] = text[len(shown[ev.request_id]):], text
-                yield ev.request_id, ev.token_id, delta
-                if ev.output is not None:
-                    pending.discard(ev.request_id)
-
-
-def split_prompt(prompt):
-    """(prompt, cache_salt) from a string, a list of ids, or a dict {"prompt" | "prompt_token_ids", "cache_salt"}."""
-    if not isinstance(prompt, dict):
-        return prompt, None
-    unknown = set(prompt) - {"prompt", "prompt_token_ids", "cache_salt"}
-    if unknown or ("prompt" in prompt) == ("prompt_token_ids" in prompt):
-        raise ValueError(f"prompt dict has keys {sorted(prompt)}: expected one of 'prompt' (text) or "
-                         "'prompt_token_ids', and optionally 'cache_salt'")
-    salt = prompt.get("cache_salt")
-    if salt is not None and (not isinstance(salt, str) or not salt):
-        raise ValueError(f"cache_salt is {salt!r}: expected a non-empty string, or no cache_salt")
-    return prompt.get("prompt", prompt.get("prompt_token_ids")), salt
+        pending = set(ids)
+        text = {i: IncrementalDetokenizer(self.tokenizer) for i in ids} if self.tokenizer is not None else None
+        try:
+            while pending:
+                for ev in self.step():
+                    if ev.request_id not in pending:
+                        continue
+                    delta = ""
+                    if text is not None:
+                        delta = text[ev.request_id].add(ev.token_id)
+                        if ev.output is not None:
+                            delta += text[ev.request_id].flush()  # bytes still held back at the end
+                    if ev.output is not None:
+                        pending.discard(ev.request_id)
+                    yield ev.request_id, ev.token_id, delta
+                pending = self._unfinished(pending)  # drop requests aborted while we were yielding
+        finally:
+            left = self._unfinished(pending)
+            if left:
+                self.abort_request(sorted(left))

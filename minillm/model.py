@@ -14,7 +14,6 @@ d hidden size, H query heads, KV key/value heads, hd head dim, V vocabulary.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minillm.checking import as_int
+from minillm.checking import as_int, check_float, check_int
+from minillm.generation_config import read_generation_config
+from minillm.weights import describe, few as _few, load_safetensors, read_config, short  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -44,36 +45,53 @@ class ModelConfig:
         return self.head_dim
 
     @classmethod
-    def from_hf(cls, c: dict) -> "ModelConfig":
-        """From a config.json of transformers 4.x (`rope_theta`) or 5.x (`rope_parameters`)."""
+    def from_hf(cls, c: dict, source: str = "config.json") -> "ModelConfig":
+        """From a config.json of transformers 4.x (`rope_theta`) or 5.x (`rope_parameters`).
+
+        Every field is checked for type and range, and an error names the field and `source` (the file):
+        a string "false" or a rope_theta of 0 would otherwise load and silently compute something else.
+        """
+        if not isinstance(c, dict):
+            raise ValueError(f"{source} holds {describe(c)}: expected a JSON object with the model's fields "
+                             "(a Hugging Face config.json)")
         required = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"]
         absent = [k for k in required if c.get(k) is None]
         if absent:
-            raise ValueError(f"config.json lacks {', '.join(absent)}: expected a Qwen3 config with {', '.join(required)}")
+            raise ValueError(f"{source} lacks {', '.join(absent)}: expected a Qwen3 config with {', '.join(required)}")
+
+        def field(name):
+            return f"{name} in {source}"
+
+        def flag(name, default):
+            value = c.get(name, default)
+            if value is None:
+                return default
+            if not isinstance(value, bool):  # "false" as a string is truthy: it must not silently mean true
+                raise ValueError(f"{field(name)} is {value!r}: expected true or false (a JSON boolean)")
+            return value
+
+        ints = {k: check_int(field(k), c[k], min=1) for k in required}
+        for name, default in [("num_key_value_heads", ints["num_attention_heads"]), ("head_dim", 128),
+                              ("max_position_embeddings", 40_960)]:  # head_dim: Qwen3Config's default
+            ints[name] = check_int(field(name), c[name], min=1) if c.get(name) is not None else default
         rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            raise ValueError(f"{field('rope_parameters')} is {short(rope)}: expected a JSON object or null")
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
             raise ValueError(f"rope type {rope_type!r} is not supported; mini_llm implements default RoPE")
         theta = c.get("rope_theta", rope.get("rope_theta"))
         if theta is None:
-            raise ValueError("config.json has neither 'rope_theta' nor 'rope_parameters.rope_theta'")
-        if c.get("attention_bias"):
-            raise ValueError("config.json sets attention_bias=true; Qwen3 has no attention biases and mini_llm none")
-        if c.get("use_sliding_window"):
-            raise ValueError("config.json sets use_sliding_window=true; mini_llm implements full attention only")
-        return cls(
-            vocab_size=c["vocab_size"],
-            hidden_size=c["hidden_size"],
-            intermediate_size=c["intermediate_size"],
-            num_hidden_layers=c["num_hidden_layers"],
-            num_attention_heads=c["num_attention_heads"],
-            num_key_value_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
-            head_dim=c.get("head_dim") or 128,  # transformers' Qwen3Config default (not hidden // heads)
-            rms_norm_eps=c.get("rms_norm_eps", 1e-6),
-            rope_theta=float(theta),
-            tie_word_embeddings=c.get("tie_word_embeddings", False),
-            max_position_embeddings=c.get("max_position_embeddings", 40_960),
-        )
+            raise ValueError(f"{source} has neither 'rope_theta' nor 'rope_parameters.rope_theta'")
+        theta = check_float(field("rope_theta"), theta, min=0, min_inclusive=False)  # 0 or less: NaN angles
+        eps = c.get("rms_norm_eps")
+        eps = 1e-6 if eps is None else check_float(field("rms_norm_eps"), eps, min=0, min_inclusive=False)
+        if flag("attention_bias", False):
+            raise ValueError(f"{source} sets attention_bias=true; Qwen3 has no attention biases and mini_llm none")
+        if flag("use_sliding_window", False):
+            raise ValueError(f"{source} sets use_sliding_window=true; mini_llm implements full attention only")
+        return cls(**ints, rms_norm_eps=eps, rope_theta=theta,
+                   tie_word_embeddings=flag("tie_word_embeddings", False))  # Qwen3Config's default: untied
 
 
 class RMSNorm(nn.Module):
@@ -293,7 +311,8 @@ class Transformer(nn.Module):
         """Load a Hugging Face Qwen3 checkpoint folder (config.json + safetensors, sharded or not)."""
         path = Path(path).expanduser()
         hf_config = read_config(path)
-        cfg = ModelConfig.from_hf(hf_config)
+        cfg = ModelConfig.from_hf(hf_config, source=str(path / "config.json"))
+        generation_config = read_generation_config(path, hf_config)  # EOS ids, default sampling
         state = load_safetensors(path)
         with torch.device("meta"):
             model = cls(cfg)
@@ -313,53 +332,6 @@ class Transformer(nn.Module):
         model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
         if cfg.tie_word_embeddings:
             model.lm_head.weight = model.embed_tokens.weight
+        model.generation_config = generation_config  # as transformers' models carry theirs
         return model.to(device).eval()
 
-
-def read_config(path: Path) -> dict:
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"model folder {path} does not exist; point MINILLM_MODEL at a Qwen3 checkpoint folder "
-            "or unset it to use the built-in tiny model"
-        )
-    file = path / "config.json"
-    if not file.exists():
-        raise FileNotFoundError(f"{path} has no config.json; expected a Hugging Face checkpoint folder")
-    try:
-        c = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{file} is not valid JSON ({e}); expected a Hugging Face config.json") from None
-    archs = c.get("architectures") or [c.get("model_type", "unknown")]
-    if "Qwen3ForCausalLM" not in archs and c.get("model_type") != "qwen3":
-        raise ValueError(f"{path} holds a {archs[0]} checkpoint; mini_llm implements Qwen3ForCausalLM only")
-    return c
-
-
-def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint folder, keyed by module name (the `model.` prefix dropped)."""
-    from safetensors.torch import load_file
-
-    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
-    if single.exists():
-        files = [single]
-    elif index.exists():
-        weight_map = json.loads(index.read_text()).get("weight_map")
-        if not weight_map:
-            raise ValueError(f"{index} has no 'weight_map': expected tensor name -> shard file entries")
-        files = [path / f for f in sorted(set(weight_map.values()))]
-        absent = [f.name for f in files if not f.exists()]
-        if absent:
-            raise FileNotFoundError(f"{index.name} lists shards that are not in {path}: {_few(absent)}")
-    else:
-        raise FileNotFoundError(f"{path} has no model.safetensors or model.safetensors.index.json")
-    state = {}
-    for f in files:
-        for name, t in load_file(str(f)).items():
-            state[name.removeprefix("model.")] = t
-    return state
-
-
-def _few(names: list[str], n: int = 8) -> str:
-    if not names:
-        return "none"
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")

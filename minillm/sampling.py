@@ -9,16 +9,20 @@ the same tokens whether it runs alone or next to any other requests, in any orde
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
+
+from minillm.checking import check_float, check_int, check_int_list
+
+
+GREEDY_BELOW = 1e-5  # vLLM's threshold: a temperature below it samples greedily (the limit T -> 0)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 16  # new tokens to produce at most
-    temperature: float = 0.0  # 0 means greedy (argmax)
+    temperature: float = 0.0  # 0 (anything below GREEDY_BELOW) means greedy (argmax)
     top_k: int = 0  # keep the k most likely tokens; 0 keeps all
     top_p: float = 1.0  # keep the smallest set whose probability reaches top_p; 1.0 keeps all
     stop_token_ids: tuple[int, ...] = ()  # finish (reason "stop") right after producing one of these
@@ -26,25 +30,22 @@ class SamplingParams:
     ignore_eos: bool = False  # True: do not stop at the model's end-of-sequence token
 
     def __post_init__(self):
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens is {self.max_tokens!r}: expected an int >= 1")
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature is {self.temperature!r}: expected a finite number >= 0 (0 means greedy)")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k is {self.top_k!r}: expected an int >= 0 (0 keeps every token)")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p is {self.top_p!r}: expected a number in (0, 1]")
-        stops = tuple(self.stop_token_ids)
-        bad = [t for t in stops if isinstance(t, bool) or not isinstance(t, int) or t < 0]
-        if bad:
-            raise ValueError(f"stop_token_ids has {bad[0]!r}: expected token ids (ints >= 0)")
-        object.__setattr__(self, "stop_token_ids", stops)  # a list becomes a tuple, so params stay hashable
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise ValueError(f"seed is {self.seed!r}: expected None or an int >= 0")
+        # Each field checked and normalised (numpy and tensor numbers become plain ones; a list of
+        # stop ids becomes a tuple, so params stay hashable); the first bad field raises, naming it.
+        set_ = object.__setattr__
+        set_(self, "max_tokens", check_int("max_tokens", self.max_tokens, min=1))
+        set_(self, "temperature", check_float("temperature", self.temperature, min=0))
+        set_(self, "top_k", check_int("top_k", self.top_k, min=0))
+        set_(self, "top_p", check_float("top_p", self.top_p, min=0, min_inclusive=False, max=1))
+        set_(self, "stop_token_ids", tuple(check_int_list("stop_token_ids", self.stop_token_ids, min=0)))
+        if self.seed is not None:
+            set_(self, "seed", check_int("seed", self.seed, min=0))
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos is {self.ignore_eos!r}: expected True or False")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -75,11 +76,16 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int],
     M = logits.shape[0]
     if not len(params) == len(seeds) == len(steps) == M:
         raise ValueError(f"{M} rows of logits but {len(params)} params, {len(seeds)} seeds, {len(steps)} steps")
+    check_logits(logits)
     tokens = logits.argmax(dim=-1).tolist()  # greedy rows are done; sampled rows are overwritten below
     rows = [i for i, sp in enumerate(params) if not sp.greedy]
     if not rows:
         return tokens
-    scaled = logits[rows].float() / torch.tensor([params[i].temperature for i in rows], device=logits.device)[:, None]
+    # Subtract each row's max before dividing: the best token scores exactly 0 and the others -x / T,
+    # which for a tiny T is a large negative number (or -inf), never NaN; softmax then tends to the argmax.
+    picked = logits[rows].float()
+    picked = picked - picked.max(dim=-1, keepdim=True).values
+    scaled = picked / torch.tensor([params[i].temperature for i in rows], device=logits.device)[:, None]
     scaled = apply_top_k_top_p(scaled, [params[i].top_k for i in rows], [params[i].top_p for i in rows])
     probs = scaled.softmax(dim=-1).cpu()  # [m, V]; drawing on the CPU gives the same tokens on every device
     cdf = probs.cumsum(dim=-1)
@@ -91,3 +97,14 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int],
             token -= 1
         tokens[i] = token
     return tokens
+
+
+def check_logits(logits: torch.Tensor) -> None:
+    """Raise if a row has NaN or +inf, or nothing but -inf: argmax and softmax would pick a token at random."""
+    if bool(torch.isfinite(logits).all()):
+        return  # the usual case: one pass over the logits
+    bad = torch.isnan(logits).any(-1) | torch.isposinf(logits).any(-1) | torch.isneginf(logits).all(-1)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0])
+        raise ValueError(f"logits row {row} holds NaN, +inf or only -inf: expected finite scores from the model "
+                         "(check the checkpoint's weights and config)")

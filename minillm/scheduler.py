@@ -7,7 +7,6 @@ prefilled), oldest first, then admits waiting requests first come, first served,
 prompt into a chunk that fits the budget. KV blocks come from a `BlockPool`; when the pool runs dry,
 the newest running request is preempted: its blocks are freed and it goes back to the front of the
 queue, to recompute its prompt and the tokens it already produced when there is room again.
-
 Blocks are the `KVCacheManager`'s business (prefix_cache.py): with prefix caching on, a request being
 admitted first asks it for its cached prefix, and its first chunk starts after it.
 """
@@ -17,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from minillm.checking import as_int, check_int
 from minillm.paged import BlockPool, num_blocks_for
 from minillm.prefix_cache import KVCacheManager, PrefixCacheStats
 from minillm.sampling import SamplingParams
@@ -83,10 +83,14 @@ class StepPlan:
 class Scheduler:
     def __init__(self, pool: BlockPool, block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
                  max_model_len: int, enable_prefix_caching: bool = False):
-        for name, value in [("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens),
-                            ("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len)]:
-            if value < 1:
-                raise ValueError(f"{name} is {value}: expected at least 1")
+        if not isinstance(pool, BlockPool):
+            raise ValueError(f"pool is {pool!r}: expected a BlockPool")
+        block_size = check_int("block_size", block_size, min=1)
+        max_num_batched_tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, min=1)
+        max_num_seqs = check_int("max_num_seqs", max_num_seqs, min=1)
+        max_model_len = check_int("max_model_len", max_model_len, min=1)
+        if not isinstance(enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching is {enable_prefix_caching!r}: expected True or False")
         self.pool, self.block_size = pool, block_size
         self.kv = KVCacheManager(pool, block_size, enable_caching=enable_prefix_caching)
         self.stats = PrefixCacheStats()  # totals over every step
@@ -95,6 +99,7 @@ class Scheduler:
         self.running: list[Sequence] = []  # oldest first; the newest is preempted first
         self.seen_ids: set[str] = set()  # every id ever submitted, so a repeat is caught even after it finished
         self.num_steps = 0
+        self.num_applied = 0  # the last step whose plan `update` recorded: a plan counts once
 
     def check(self, seq: Sequence) -> None:
         """Raise ValueError if `seq` can never be served; changes nothing."""
@@ -158,19 +163,32 @@ class Scheduler:
         return StepPlan(self.num_steps, chunks, preempted, cache)
 
     def update(self, plan: StepPlan, sampled: dict[str, int]) -> list[Sequence]:
-        """Record a finished step: advance each chunk, append sampled tokens, retire finished requests."""
+        """Record a finished step: advance each chunk, append sampled tokens, retire finished requests.
+
+        Only the latest plan, once: applying a plan twice would append its tokens twice and move
+        num_computed past the end. Everything is checked before anything changes.
+        """
+        if plan.step != self.num_steps or plan.step <= self.num_applied:
+            state = "was already applied" if plan.step <= self.num_applied else f"is stale (the latest is step {self.num_steps})"
+            raise ValueError(f"the plan of step {plan.step} {state}: expected the latest plan from schedule(), once")
         by_id = {s.request_id: s for s in self.running}
-        missing = [c.request_id for c in plan.chunks if c.need_logits and c.request_id not in sampled]
-        if missing:
-            raise ValueError(f"no sampled token for request {missing[0]!r}, whose chunk needs one")
+        chunks = [c for c in plan.chunks if c.request_id in by_id]  # an aborted request's chunk is dropped
+        for c in chunks:
+            if c.num_computed != by_id[c.request_id].num_computed:
+                raise ValueError(f"request {c.request_id!r} has {by_id[c.request_id].num_computed} computed tokens but "
+                                 f"its chunk starts at {c.num_computed}: expected the plan schedule() just made")
+            if c.need_logits and as_int(sampled.get(c.request_id)) is None:
+                raise ValueError(f"no sampled token for request {c.request_id!r}, whose chunk needs one "
+                                 f"(got {sampled.get(c.request_id)!r}: expected an int)")
+        self.num_applied = plan.step
         finished = []
-        for chunk in plan.chunks:
+        for chunk in chunks:
             seq = by_id[chunk.request_id]
             seq.num_computed += chunk.num_new
             self.kv.cache_full_blocks(seq)  # blocks now full of computed tokens become findable
             if not chunk.need_logits:
                 continue  # a prompt chunk short of the end: nothing to sample yet
-            token = sampled[chunk.request_id]
+            token = as_int(sampled[chunk.request_id])
             seq.output_ids.append(token)
             if token in seq.stop_token_ids:
                 seq.finish_reason = "stop"
@@ -178,26 +196,27 @@ class Scheduler:
                 seq.finish_reason = "length"
             else:
                 continue
-            seq.status = "finished"
-            self.kv.free(seq)
-            self.running.remove(seq)
+            self._retire(seq)
             finished.append(seq)
         return finished
 
     def abort(self, request_id: str) -> Sequence | None:
-        """Drop a waiting or running request and free its blocks (filed ones stay cached); None if it is not here.
+        """Finish a waiting or running request now (reason "abort"), freeing its blocks; None if it is not here.
 
-        A request aborted between schedule() and update() must not be in that step's plan any more: call this
-        between steps.
+        With prefix caching, its full computed blocks stay cached (findable) after it is gone.
         """
         for queue in (self.waiting, self.running):
             for seq in queue:
                 if seq.request_id == request_id:
-                    queue.remove(seq)
-                    self.kv.free(seq)
-                    seq.status, seq.finish_reason = "finished", "abort"
+                    seq.finish_reason = "abort"
+                    self._retire(seq)
                     return seq
         return None
+
+    def _retire(self, seq: Sequence) -> None:
+        self.kv.free(seq)
+        (self.running if seq.status == "running" else self.waiting).remove(seq)
+        seq.status = "finished"
 
     def _chunk(self, seq: Sequence, n: int) -> ScheduledChunk:
         end = seq.num_computed + n

@@ -1,56 +1,21 @@
-"""grading.py — what every exercise's tests share.
+"""grading.py — what every exercise's tests share: comparisons with messages a reader can act on.
 
-Two jobs: load the reader's file by path (the judge names it in $PRACTICE_FILE), and compare results
-with messages a reader can act on: what was expected, what came back, and where the two first differ.
-Standard library only; torch is imported when a tensor is compared.
+What was expected, what came back, and where the two first differ. The values compared came back
+from the reader's process (practice/remote.py); everything here runs in the grader, where the
+reader's code never does. Standard library only; torch is imported when a tensor is compared.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import re
 import sys
-from pathlib import Path
-from types import ModuleType
-
-FILE_ENV = "PRACTICE_FILE"  # the file under test, set by `judge.py test`
-TARGET_ENV = "PRACTICE_TARGET"  # without PRACTICE_FILE: "solution" (default) or "starter" of each problem folder
-
-learner_files: set[str] = set()  # resolved paths of every file loaded as the reader's code
-_loaded: dict[str, ModuleType] = {}
 
 
-def learner_path(problem_dir: Path | str) -> Path:
-    """The file to grade for the problem in `problem_dir`."""
-    chosen = os.environ.get(FILE_ENV)
-    if chosen:
-        return Path(chosen).resolve()
-    target = os.environ.get(TARGET_ENV, "solution")
-    return (Path(problem_dir) / f"{target}.py").resolve()
+def share(obj, *, methods=(), call: bool = False):
+    """Let the reader's code call `obj` (call=True) and the named methods of it (see remote.py); returns obj."""
+    from remote import share as _share
 
-
-def load(path: Path | str) -> ModuleType:
-    """Import a Python file by its path, once; a failed import is not cached, so it fails the same way again."""
-    path = Path(path).resolve()
-    key = str(path)
-    if key in _loaded:
-        return _loaded[key]
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    name = "learner_" + re.sub(r"\W", "_", f"{path.parent.name}_{path.stem}")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    learner_files.add(key)
-    sys.modules[name] = module  # dataclasses look their module up while the file runs
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    _loaded[key] = module
-    return module
+    return _share(obj, methods=methods, call=call)
 
 
 # ---------------------------------------------------------------- comparisons with readable failures
@@ -126,6 +91,47 @@ def check_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 0.0,
         fail(f"{what} is wrong in {int(bad.sum())} of {bad.numel()} entries\n"
              f"  worst at index {i}: expected {e[i].item():.6g}, got {g[i].item():.6g} "
              f"(error {err[i].item():.2g}, allowed {tol[i].item():.2g})")
+
+
+def check_rounding(got, expected, what: str, max_fraction: float = 0.01) -> None:
+    """A half-precision result as one float32 computation rounded once would give: at most one unit in the
+    last place (ulp) off, in at most `max_fraction` of the entries. Computing in the half-precision dtype
+    itself, or rounding twice, misses in far more entries, so this tells the two apart where a tolerance cannot."""
+    import torch
+
+    check_close(got, expected, what, atol=math.inf, dtype=expected.dtype)
+    as_int = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}[expected.dtype]
+    ulps = (got.detach().cpu().view(as_int).long() - expected.detach().cpu().view(as_int).long()).abs()
+    off, allowed = int((ulps > 0).sum()), int(max_fraction * ulps.numel())
+    if off > allowed or (ulps > 1).any():
+        i = _index(ulps.flatten().argmax(), ulps.shape)
+        fail(f"{what} is not float32 arithmetic rounded once to {expected.dtype}: {off} of {ulps.numel()} entries "
+             f"differ (at most {allowed} may, by one unit in the last place)\n"
+             f"  worst at index {i}: expected {expected[i].item():.6g}, got {got[i].item():.6g} "
+             f"({int(ulps[i])} units apart)")
+
+
+def check_names(error: BaseException, value, what: str) -> None:
+    """The error message names the value at fault (`block 7 is ...`), so the reader can find it."""
+    text = str(value)
+    if text not in str(error):
+        fail(f"the error of {what} should name {text}, so the caller can find it; its message was: {error}")
+
+
+def storage(obj, *path):
+    """Where an attribute of the reader's object lives in its process: (object id, data pointer).
+
+    Equal before and after a few calls means the object was not reallocated (a preallocated buffer)."""
+    from remote import identity
+
+    return identity(obj, list(path))[:2]
+
+
+def defined_in(obj) -> tuple:
+    """(module, class name) of the reader's object, or of the reader's class itself: whose code is it?"""
+    from remote import identity
+
+    return identity(obj, [])[2:]
 
 
 def check_shape(got, shape, what: str) -> None:

@@ -6,224 +6,37 @@
     python practice/judge.py test rmsnorm    run the tests on your file (or: test rmsnorm path/to/file.py)
     python practice/judge.py hint rmsnorm    hints, when you are stuck
     python practice/judge.py solution rmsnorm
-    python practice/judge.py check           every reference solution passes, every starter fails (CI)
+    python practice/judge.py check           every solution passes, every starter and wrong answer fails (CI)
     python practice/judge.py doctor          what this machine can run
 
 An exercise is named by its slug or by its number in book order (`start 1` is `start rmsnorm`).
-The tests run in a separate process, each with a time limit, so nothing your code does can crash
-the judge: a syntax error, a failed import, an exception or an endless loop is reported as such.
+Your code runs in a process of its own (a sandbox where the OS allows), which can only return values:
+the tests, the comparisons and the verdict happen in another process, and the judge's files are
+verified after every run. A syntax error, a failed import, an exception, an endless loop or a crash
+is reported as such.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import importlib.util
 import json
 import os
 import platform
-import re
 import shutil
+import signal
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
+import oskit
+from exercises import WORKSPACE, Exercise, UsageError, find, front_matter, load_exercises, missing_requirement, section, task_text
+from judge_check import cmd_check
+from judge_report import Style, print_load_error, print_result, shown_path
 from judge_runner import Outcome, run_tests
+from protocol import DEFAULT_TIMEOUT, PROBLEMS
 
-PRACTICE = Path(__file__).resolve().parent
-REPO = PRACTICE.parent
-PROBLEMS = PRACTICE / "problems"
-WORKSPACE = Path(os.environ.get("MINILLM_PRACTICE_WORKSPACE") or PRACTICE / "workspace")
 STATUS_FILE = WORKSPACE / ".status.json"
-FIELDS = ("title", "chapter", "difficulty", "requires")
-DEFAULT_TIMEOUT = 10.0  # seconds per test
-
-
-@dataclass
-class Exercise:
-    slug: str
-    number: int
-    title: str
-    chapter: str
-    difficulty: str
-    requires: list[str]
-    folder: Path
-
-    @property
-    def workspace_file(self) -> Path:
-        return WORKSPACE / f"{self.slug}.py"
-
-
-# ------------------------------------------------------------------ reading the exercises
-
-
-def front_matter(text: str) -> tuple[dict, str]:
-    """The `key: value` lines between the leading '---' lines (values: text, ints, [a, b] lists), and the body."""
-    match = re.match(r"\A---\s*\n(.*?)\n---\s*\n?", text, re.DOTALL)
-    if not match:
-        return {}, text
-    meta = {}
-    for line in match.group(1).splitlines():
-        if ":" not in line or line.lstrip().startswith("#"):
-            continue
-        key, value = (s.strip() for s in line.split(":", 1))
-        if value.startswith("[") and value.endswith("]"):
-            meta[key] = [v.strip().strip("'\"") for v in value[1:-1].split(",") if v.strip()]
-        elif re.fullmatch(r"-?\d+", value):
-            meta[key] = int(value)
-        else:
-            meta[key] = value.strip("'\"")
-    return meta, text[match.end():]
-
-
-def load_exercises() -> list[Exercise]:
-    """Every practice/problems/<slug>/ folder with a problem.md, in book order (chapter, then `order`)."""
-    found = []
-    for md in sorted(PROBLEMS.glob("*/problem.md")):
-        meta, _ = front_matter(md.read_text(encoding="utf-8"))
-        found.append((str(meta.get("chapter", "")), meta.get("order", 1000), md.parent.name, meta))
-    exercises = []
-    for number, (chapter, _, slug, meta) in enumerate(sorted(found), start=1):
-        requires = meta.get("requires") or []
-        exercises.append(Exercise(slug, number, str(meta.get("title", slug)), chapter,
-                                  str(meta.get("difficulty", "?")), [requires] if isinstance(requires, str) else requires,
-                                  PROBLEMS / slug))
-    return exercises
-
-
-def find(exercises: list[Exercise], wanted: str) -> Exercise:
-    """An exercise by number, slug, or the unique start of a slug; a clear error otherwise."""
-    wanted = wanted.strip().lower().replace("_", "-")
-    if wanted.isdigit() and 1 <= int(wanted) <= len(exercises):
-        return exercises[int(wanted) - 1]
-    exact = [e for e in exercises if e.slug == wanted]
-    matches = exact or [e for e in exercises if e.slug.startswith(wanted)]
-    if len(matches) == 1:
-        return matches[0]
-    choices = ", ".join(e.slug for e in (matches or exercises))
-    why = "matches several exercises" if matches else "is not an exercise"
-    raise UsageError(f"'{wanted}' {why}: use a number 1-{len(exercises)} or one of: {choices}")
-
-
-class UsageError(Exception):
-    pass
-
-
-def section(body: str, heading: str) -> str:
-    """The text under '## heading' up to the next '## ' heading ('' if absent)."""
-    match = re.search(rf"^## {re.escape(heading)}\s*\n(.*?)(?=^## |\Z)", body, re.DOTALL | re.MULTILINE)
-    return match.group(1).strip() if match else ""
-
-
-def task_text(ex: Exercise) -> str:
-    """problem.md without its front matter and its hints."""
-    _, body = front_matter((ex.folder / "problem.md").read_text(encoding="utf-8"))
-    return re.sub(r"^## Hints\s*\n.*?(?=^## |\Z)", "", body, flags=re.DOTALL | re.MULTILINE).strip()
-
-
-# ------------------------------------------------------------------ what this machine can run
-
-
-def missing_requirement(ex: Exercise) -> str | None:
-    """Why this machine cannot run the exercise, or None when it can."""
-    for need in ex.requires:
-        if need == "cuda":
-            if not _cuda_available():
-                return "requires cuda (no CUDA GPU is visible to torch here)"
-        elif importlib.util.find_spec(need) is None:
-            return f"requires {need} (not installed: pip install {need})"
-    return None
-
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-# ------------------------------------------------------------------ printing
-
-
-class Style:
-    on = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-
-    @classmethod
-    def paint(cls, text: str, code: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if cls.on else text
-
-
-LABELS = {"passed": ("PASS", "32"), "failed": ("FAIL", "31"), "error": ("ERR ", "31"), "skipped": ("SKIP", "33"),
-          "timeout": ("TIME", "31"), "crash": ("DIED", "31"), "not_implemented": ("TODO", "33"),
-          "not run": ("----", "2")}
-
-
-def label(result: dict) -> str:
-    key = result.get("kind") if result.get("kind") in ("timeout", "not_implemented", "crash") else result["outcome"]
-    text, code = LABELS.get(key, LABELS["failed"])
-    return Style.paint(text, code)
-
-
-def shown_path(path: Path | str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return str(path)
-    return str(path) if rel.startswith("..") else rel
-
-
-def where_line(r: dict) -> str:
-    if not r.get("line"):
-        return ""
-    return f"at {Path(r['file']).name} line {r['line']}: {r.get('code', '')}"
-
-
-def print_result(r: dict) -> None:
-    print(f"  {label(r)}  {r['name']}")
-    if r["outcome"] == "passed":
-        return
-    pad = " " * 8
-    for line in r.get("message", "").splitlines():
-        print(pad + line)
-    if r.get("kind") == "timeout":
-        print(pad + "an endless loop? Check that every loop changes what its condition tests.")
-    if where_line(r):
-        print(pad + where_line(r))
-    if r.get("check") and r.get("kind") != "not_implemented":
-        print(pad + Style.paint("check: " + r["check"], "2"))
-    if r.get("stdout", "").strip():
-        printed = r["stdout"].strip().splitlines()
-        print(pad + "your code printed: " + " | ".join(printed[:5]) + (" ..." if len(printed) > 5 else ""))
-    if r.get("hint") and r.get("kind") != "not_implemented":
-        print(pad + Style.paint("hint: " + " ".join(r["hint"].split()), "36"))
-
-
-def print_load_error(err: dict, file: Path) -> None:
-    kind = err.get("kind")
-    title = {"syntax": "Python cannot read your file", "import": "Your file imports something that cannot be found",
-             "timeout": "Importing your file never finished",
-             "exception": "Your file raised an error while being imported"}.get(kind, "Your file could not be imported")
-    print(Style.paint(title, "31") + f" ({shown_path(file)})")
-    if kind == "syntax" and err.get("line"):
-        print(f"  line {err['line']}: {err['message']}")
-        code = err.get("code", "")
-        if code.strip():
-            print(f"    {code.strip()}")
-            if err.get("column"):
-                indent = len(code) - len(code.lstrip())
-                print("    " + " " * max(0, err["column"] - 1 - indent) + "^")
-        return
-    print(f"  {err.get('message', '')}")
-    if where_line(err):
-        print(f"  {where_line(err)}")
-    if kind == "timeout":
-        print("  Code at the top level of the file runs on import: is there an endless loop outside any function?")
-    elif kind == "import":
-        print("  Use only the standard library, torch and minillm (installed with the book).")
 
 
 # ------------------------------------------------------------------ status of the reader's work
@@ -321,6 +134,7 @@ def cmd_test(exercises: list[Exercise], args) -> int:
 
 
 def report_test(ex: Exercise, file: Path, outcome: Outcome, record: bool) -> int:
+    tampered = print_tampering(outcome)
     if outcome.load_error:
         print_load_error(outcome.load_error, file)
         if record:
@@ -347,9 +161,9 @@ def report_test(ex: Exercise, file: Path, outcome: Outcome, record: bool) -> int
     passed = sum(r["outcome"] == "passed" for r in results)
     total = len(results)
     if record:
-        record_status(ex, passed, total)
+        record_status(ex, 0 if tampered else passed, total)
     print()
-    if total and passed == total and not outcome.problems:
+    if total and passed == total and not outcome.problems and not tampered:
         print(Style.paint(f"All {total} tests pass. Well done!", "32"), end=" ")
         print(f"Compare with the reference: python practice/judge.py solution {ex.slug}")
         return 0
@@ -357,100 +171,27 @@ def report_test(ex: Exercise, file: Path, outcome: Outcome, record: bool) -> int
     return 1
 
 
-def cmd_check(exercises: list[Exercise], args) -> int:
-    """Every reference solution passes all its tests and every starter fails all of them."""
-    chosen = sorted({find(exercises, i).number: find(exercises, i) for i in args.ids}.values(),
-                    key=lambda e: e.number) if args.ids else exercises
-    began = time.monotonic()
-    print(f"Checking {len(chosen)} exercises: each reference solution must pass every test, "
-          "and each starter must fail every test.\n")
-    runnable, bad = [], 0
-    for ex in chosen:
-        why_not = missing_requirement(ex)
-        if why_not:
-            print(f"  {ex.number:>3}  {ex.slug:<22} skipped: {why_not}")
-        else:
-            runnable.append(ex)
-    folders = [ex.folder for ex in runnable]
-    with ThreadPoolExecutor(2) as pool:  # the two runs are independent; a second core halves the wait
-        solution_run = pool.submit(run_tests, folders, args.timeout, target="solution") if folders else None
-        starter_run = pool.submit(run_tests, folders, args.timeout, target="starter") if folders else None
-        solutions = solution_run.result() if solution_run else Outcome()
-        starters = starter_run.result() if starter_run else Outcome()
-    for ex in runnable:
-        errors = static_errors(ex)
-        sol, sta = solutions.for_problem(ex.slug), starters.for_problem(ex.slug)
-        if not sol:
-            errors.append("no test ran")
-        for r in sol:
-            if r["outcome"] != "passed":
-                errors.append(f"solution {r['outcome']} {r['name']}: {r.get('message', '')}")
-        for r in sta:
-            if r["outcome"] == "passed":
-                errors.append(f"starter passes {r['name']}: this test cannot tell an empty answer from a right one")
-        if len(sta) != len(sol):
-            errors.append(f"{len(sol)} tests ran on the solution but {len(sta)} on the starter")
-        sol_ok = sum(r["outcome"] == "passed" for r in sol)
-        sta_failed = sum(r["outcome"] != "passed" for r in sta)
-        verdict = Style.paint("ok", "32") if not errors else Style.paint("PROBLEM", "31")
-        print(f"  {ex.number:>3}  {ex.slug:<22} solution {sol_ok:>2}/{len(sol):<2} pass   "
-              f"starter {sta_failed:>2}/{len(sta):<2} fail   {verdict}")
-        for error in errors:
-            print("         " + error.replace("\n", "\n         "))
-        bad += bool(errors)
-    for problem in solutions.problems + starters.problems:
-        print(Style.paint("\nThe test run hit a problem:", "31"))
-        print(problem)
-        bad += 1
-    seconds = time.monotonic() - began
-    if bad:
-        print(f"\n{bad} problem(s) found ({seconds:.1f} s).")
-        return 1
-    print(f"\nAll {len(runnable)} exercises are consistent ({seconds:.1f} s).")
-    return 0
-
-
-def static_errors(ex: Exercise) -> list[str]:
-    """Front matter complete, files present, and the starter exposes exactly the solution's API."""
-    errors = []
-    meta, body = front_matter((ex.folder / "problem.md").read_text(encoding="utf-8"))
-    errors += [f"problem.md front matter lacks '{f}'" for f in FIELDS if f not in meta]
-    if not section(body, "Hints"):
-        errors.append("problem.md has no '## Hints' section")
-    files = {name: ex.folder / name for name in ("starter.py", "solution.py")}
-    if not list(ex.folder.glob("test_*.py")):
-        errors.append("no test_*.py file")
-    apis = {}
-    for name, path in files.items():
-        try:
-            apis[name] = public_api(ast.parse(path.read_text(encoding="utf-8")))
-        except (OSError, SyntaxError) as e:
-            errors.append(f"{name}: {e}")
-    if len(apis) == 2 and apis["starter.py"] != apis["solution.py"]:
-        only = sorted(set(apis["starter.py"].items()) ^ set(apis["solution.py"].items()))
-        errors.append("starter.py and solution.py differ in their API: " + "; ".join(f"{k} {v}" for k, v in only))
-    return errors
-
-
-def public_api(tree: ast.Module) -> dict[str, str]:
-    """Public functions and classes with their signatures (methods and fields of classes too)."""
-    api = {}
-
-    def signature(fn) -> str:
-        return ast.unparse(fn.args)
-
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
-            api[node.name] = f"({signature(node)})"
-        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
-            api[node.name] = "class(" + ", ".join(ast.unparse(b) for b in node.bases) + ")"
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                        not item.name.startswith("_") or item.name in ("__init__", "__call__")):
-                    api[f"{node.name}.{item.name}"] = f"({signature(item)})"
-                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                    api[f"{node.name}.{item.target.id}"] = ast.unparse(item.annotation)
-    return api
+def print_tampering(outcome: Outcome) -> bool:
+    """Say so when the run changed the judge's files (already put back) or forged its results; True if so."""
+    tree, tampered = outcome.tree, False
+    if outcome.forged:
+        print(Style.paint("The results channel carried lines the test process did not sign, so this run fails "
+                          "whatever they say.", "31"))
+        tampered = True
+    if tree is not None and not tree.ok:
+        print(Style.paint("This run changed files the judge depends on, so it fails whatever the tests say:", "31"))
+        for path in tree.changed[:10]:
+            print(f"  {path}")
+        print("They are back as they were. Your code should return values, not write files.")
+        if tree.backup:
+            print(f"(The versions found after the run are kept in {tree.backup}.)")
+        tampered = True
+    if tree is not None and tree.elsewhere:
+        print("Note: " + ", ".join(tree.elsewhere[:5]) + " changed during the run, not by the code under test "
+              "(it could not write files); left as they are.")
+    if tampered:
+        print()
+    return tampered
 
 
 def cmd_doctor(exercises: list[Exercise], args) -> int:
@@ -464,6 +205,11 @@ def cmd_doctor(exercises: list[Exercise], args) -> int:
         cuda = torch.cuda.is_available()
         gpu = f"yes, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if cuda else "no (CPU only)"
         print(f"cuda        {gpu}")
+    from sandbox import probe_namespaces
+
+    why_not = probe_namespaces()
+    print("sandbox     " + ("namespaces: your code runs with a read-only file system, in its own PID namespace"
+                            if why_not is None else f"a separate process only ({why_not})"))
     print(f"workspace   {shown_path(WORKSPACE)}/")
     skipped = [(ex, missing_requirement(ex)) for ex in exercises]
     skipped = [(ex, why) for ex, why in skipped if why]
@@ -477,15 +223,6 @@ def cmd_doctor(exercises: list[Exercise], args) -> int:
     if not ok:
         print("The judge needs pytest: pip install -e '.[dev]'")
     return 0 if ok else 1
-
-
-def _version(module: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(module)
-    except metadata.PackageNotFoundError:
-        return "installed"
 
 
 def cmd_hint(exercises: list[Exercise], args) -> int:
@@ -503,6 +240,15 @@ def cmd_solution(exercises: list[Exercise], args) -> int:
     return 0
 
 
+def _version(module: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return "installed"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="judge.py", description="Practise by rebuilding minillm's pieces.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -515,19 +261,23 @@ def main(argv: list[str] | None = None) -> int:
     test = sub.add_parser("test", help="run the tests on your file")
     test.add_argument("id", help="slug or number")
     test.add_argument("file", nargs="?", help="the file to test (default: practice/workspace/<slug>.py)")
-    check = sub.add_parser("check", help="every reference solution passes and every starter fails")
+    check = sub.add_parser("check", help="every solution passes; every starter and wrong answer fails")
     check.add_argument("ids", nargs="*", help="slugs or numbers (default: all)")
+    check.add_argument("-v", "--verbose", action="store_true", help="say which test catches each wrong answer")
     for p in (test, check):
         p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per test (default %(default)g)")
     sub.add_parser("doctor", help="what this machine can run")
     args = parser.parse_args(argv)
     commands = {None: cmd_list, "list": cmd_list, "start": cmd_start, "test": cmd_test, "check": cmd_check,
                 "doctor": cmd_doctor, "hint": cmd_hint, "solution": cmd_solution}
-    exercises = load_exercises()
-    if not exercises:
-        print(f"No exercises found in {shown_path(PROBLEMS)}.")
-        return 2
+    oskit.not_dumpable()  # the results pipe and its key stay ours
+    oskit.become_subreaper()  # anything the reader's code leaves running comes back to us, to be stopped
+    oskit.die_with_parent(signal.SIGTERM, os.getppid())  # if our parent dies, clean up and go
     try:
+        exercises = load_exercises()
+        if not exercises:
+            print(f"No exercises found in {shown_path(PROBLEMS)}.")
+            return 2
         return commands[args.command](exercises, args)
     except UsageError as e:
         print(f"judge.py: {e}", file=sys.stderr)

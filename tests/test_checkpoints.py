@@ -2,15 +2,18 @@
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pytest
 import torch
 
 from minillm import checkpoints
-from minillm.checkpoints import (EOS_TOKEN_ID, TINY_CONFIG, TINY_NAME, TINY_SEED, default_model_path,
-                                 ensure_checkpoint, load_tokenizer, write_checkpoint)
+from minillm.checkpoints import (EOS_TOKEN_ID, MANIFEST, TINY_CONFIG, TINY_NAME, TINY_SEED, default_model_path,
+                                 checkpoint_problem, ensure_checkpoint, load_tokenizer, write_checkpoint)
 from minillm.kv_cache import generate
 from minillm.model import Transformer
 
@@ -144,3 +147,163 @@ def test_minillm_cache_chooses_the_cache_folder(tmp_path, monkeypatch):
     assert checkpoints.cache_dir() == tmp_path
     monkeypatch.delenv("MINILLM_CACHE")
     assert checkpoints.cache_dir().parts[-2:] == (".cache", "minillm")
+
+
+# ---- the cache: written atomically, verified on every use, a broken entry regenerated ----
+
+
+def break_by(how):
+    def damage(folder):
+        if how == "truncated weights":
+            f = folder / "model.safetensors"
+            f.write_bytes(f.read_bytes()[:5000])
+        elif how == "empty weights":
+            (folder / "model.safetensors").write_bytes(b"")
+        elif how == "no config.json":
+            (folder / "config.json").unlink()
+        elif how == "no manifest (an older minillm)":
+            (folder / MANIFEST).unlink()
+        elif how == "unreadable manifest":
+            (folder / MANIFEST).write_text("{")
+        elif how == "partial folder (interrupted first run)":
+            for f in folder.iterdir():
+                if f.name != "config.json":
+                    f.unlink()
+        elif how == "edited config.json":
+            c = json.loads((folder / "config.json").read_text())
+            c["intermediate_size"] = 96
+            (folder / "config.json").write_text(json.dumps(c))
+        elif how == "a file where the folder should be":
+            for f in folder.iterdir():
+                f.unlink()
+            folder.rmdir()
+            folder.write_text("not a checkpoint")
+        elif how == "an empty folder":
+            for f in folder.iterdir():
+                f.unlink()
+    return damage
+
+
+BROKEN = ["truncated weights", "empty weights", "no config.json", "no manifest (an older minillm)",
+          "unreadable manifest", "partial folder (interrupted first run)", "edited config.json",
+          "a file where the folder should be", "an empty folder"]
+
+
+@pytest.mark.parametrize("how", BROKEN)
+def test_broken_cache_entry_is_regenerated(tmp_path, capsys, how):
+    folder = ensure_checkpoint(tmp_path / "cache" / "m", SMALL, seed=5, with_tokenizer=False)
+    good = {f.name: f.read_bytes() for f in folder.iterdir()}
+    break_by(how)(folder)
+    assert ensure_checkpoint(folder, SMALL, seed=5, with_tokenizer=False) == folder
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == good
+    assert checkpoint_problem(folder, full=True) is None
+    assert sorted(f.name for f in folder.parent.iterdir()) == ["m"], "nothing left beside it"
+    if how != "an empty folder":  # an empty folder is replaced without a word: there was nothing to reuse
+        err = capsys.readouterr().err
+        assert f"the cached checkpoint {folder} cannot be reused" in err and "generating it again" in err
+    Transformer.from_pretrained(folder)
+
+
+def test_default_model_regenerates_a_truncated_cache(tmp_path, monkeypatch):
+    """The reported case, on the default model: a truncated cached checkpoint used to fail every command."""
+    monkeypatch.delenv("MINILLM_MODEL", raising=False)
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
+    path = default_model_path()
+    (path / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes()[:1 << 20])
+    assert default_model_path() == path
+    assert sha256(path / "model.safetensors") == TINY_SAFETENSORS_SHA256
+
+
+def test_a_broken_entry_that_cannot_be_replaced_names_the_folder_and_the_fix(tmp_path, monkeypatch):
+    folder = ensure_checkpoint(tmp_path / "m", SMALL, seed=5, with_tokenizer=False)
+    (folder / "model.safetensors").write_bytes(b"")
+    before = {f.name: f.read_bytes() for f in folder.iterdir()}
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if str(src) == str(folder):  # moving the broken folder aside: say a read-only cache refuses
+            raise PermissionError(13, "Permission denied")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(checkpoints.os, "rename", rename)
+    with pytest.raises(OSError, match=rf"the cached checkpoint {folder} is broken \(model.safetensors has 0 bytes.*\) and cannot be "
+                                      rf"replaced \(Permission denied\); delete it with: rm -rf '{folder}'"):
+        ensure_checkpoint(folder, SMALL, seed=5, with_tokenizer=False)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m"], "the temporary copy was removed"
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before, "and the folder left as it was"
+
+
+def test_an_interrupted_write_leaves_no_folder(tmp_path, monkeypatch):
+    def write_half_then_fail(tmp, config, seed, with_tokenizer):
+        (Path(tmp) / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoints, "write_checkpoint", write_half_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_checkpoint(tmp_path / "m", SMALL, seed=5, with_tokenizer=False)
+    assert list(tmp_path.iterdir()) == [], "neither the folder nor a temporary copy"
+
+
+def test_copies_left_by_killed_runs_are_removed_after_an_hour(tmp_path):
+    old, fresh = tmp_path / "m.tmp-old", tmp_path / "m.tmp-fresh"
+    for d in (old, fresh):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"partial")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    ensure_checkpoint(tmp_path / "m", SMALL, seed=5, with_tokenizer=False)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m", "m.tmp-fresh"], "a fresh one may be another run's"
+
+
+@pytest.mark.parametrize("make_cache, message", [
+    (lambda p: (p.write_text("x"), p)[1], "MINILLM_CACHE=.* is a file: expected a folder"),
+    (lambda p: (p.write_text("x"), p / "sub")[1], r"cannot write a checkpoint into the cache folder .*sub \(Not a directory\): "
+                                              "point MINILLM_CACHE at a writable folder"),
+])
+def test_minillm_cache_that_is_not_a_folder_is_a_clear_error(tmp_path, monkeypatch, capsys, make_cache, message):
+    from minillm.cli import main
+
+    monkeypatch.delenv("MINILLM_MODEL", raising=False)
+    monkeypatch.setenv("MINILLM_CACHE", str(make_cache(tmp_path / "cachefile")))
+    with pytest.raises(OSError, match=message):
+        default_model_path()
+    assert main(["demo"]) == 1  # the command line prints the message instead of a traceback
+    err = capsys.readouterr().err
+    assert "python -m minillm demo: error:" in err and "Traceback" not in err
+
+
+@pytest.fixture
+def doctor_on(tmp_path, monkeypatch, capsys):
+    """Run `python -m minillm doctor` on a copy of a small generated checkpoint damaged by `damage`."""
+    from minillm.cli import main
+
+    def run(damage=None):
+        folder = write_checkpoint(tmp_path / "model", SMALL, seed=5, with_tokenizer=True)
+        if damage:
+            damage(folder / "model.safetensors")
+        monkeypatch.setenv("MINILLM_MODEL", str(folder))
+        code = main(["doctor"])
+        return code, capsys.readouterr().out
+
+    return run
+
+
+def flip_a_byte(f):
+    data = bytearray(f.read_bytes())
+    data[-10] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, code, words", [
+    (None, 0, r"weights OK: 0.0M parameters from 1 file\(s\)"),
+    (flip_a_byte, 1, r"model is damaged \(model.safetensors has changed since it was generated \(its SHA-256 differs\)\)"),
+    (lambda f: f.write_bytes(f.read_bytes()[:-1000]), 1, r"model.safetensors has 166,184 bytes, expected 167,184"),
+    (lambda f: (f.parent / MANIFEST).unlink() or f.write_bytes(f.read_bytes()[:-1000]), 1,
+     "the weights do not load: .*model.safetensors is truncated or padded"),
+])
+def test_doctor_verifies_the_weights_it_would_load(doctor_on, damage, code, words):
+    import re
+
+    got, out = doctor_on(damage)
+    assert got == code, out
+    assert re.search(words, out), out
+    assert ("all good" in out) == (code == 0)

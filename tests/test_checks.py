@@ -88,8 +88,10 @@ def test_check_passes_on_cuda(ckpt, dtype):
 def test_cli_check_rejects_unknown_dtype_and_missing_cuda(monkeypatch, capsys):
     from minillm.cli import main
 
-    assert main(["check", "--dtype", "float64"]) == 2
-    assert "expected float32, bfloat16 or float16" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:  # argparse rejects it before any work (exit status 2)
+        main(["check", "--dtype", "float64"])
+    assert exit_.value.code == 2
+    assert "expected float32, bfloat16 or float16" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main(["check", "--device", "cuda"]) == 2
         assert "no CUDA device" in capsys.readouterr().out

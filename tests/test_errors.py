@@ -183,3 +183,127 @@ def test_folder_without_tokenizer_files_is_named(ckpt):
 
     with pytest.raises(FileNotFoundError, match="has no tokenizer files"):
         load_tokenizer(ckpt)  # written with_tokenizer=False
+
+
+# ---- malformed config.json: every field checked for type and range, the error names file and field ----
+
+
+def snapshot(folder):
+    """Every file's bytes: a failed load must leave the checkpoint as it was."""
+    return {f.name: f.read_bytes() for f in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(tie_word_embeddings="false"), "tie_word_embeddings in .*config.json is 'false': expected true or false"),
+    (dict(tie_word_embeddings="true"), "tie_word_embeddings in .*config.json is 'true': expected true or false"),
+    (dict(tie_word_embeddings=0), "tie_word_embeddings in .*config.json is 0: expected true or false"),
+    (dict(rope_theta=0), "rope_theta in .*config.json is 0: expected a finite number > 0"),
+    (dict(rope_theta=-10000.0), "rope_theta in .*config.json is -10000.0: expected a finite number > 0"),
+    (dict(rope_theta="1e6"), "rope_theta in .*config.json is '1e6': expected a finite number > 0"),
+    (dict(rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 0}),
+     "rope_theta in .*config.json is 0: expected a finite number > 0"),
+    (dict(rope_parameters=[1, 2]), r"rope_parameters in .*config.json is \[1, 2\]: expected a JSON object or null"),
+    (dict(hidden_size=2.5), "hidden_size in .*config.json is 2.5: expected an int >= 1"),
+    (dict(hidden_size="32"), "hidden_size in .*config.json is '32': expected an int >= 1"),
+    (dict(num_hidden_layers=0), "num_hidden_layers in .*config.json is 0: expected an int >= 1"),
+    (dict(vocab_size=-1), "vocab_size in .*config.json is -1: expected an int >= 1"),
+    (dict(num_attention_heads=True), "num_attention_heads in .*config.json is True: expected an int >= 1"),
+    (dict(num_key_value_heads=0), "num_key_value_heads in .*config.json is 0: expected an int >= 1"),
+    (dict(head_dim=-16), "head_dim in .*config.json is -16: expected an int >= 1"),
+    (dict(max_position_embeddings=0), "max_position_embeddings in .*config.json is 0: expected an int >= 1"),
+    (dict(rms_norm_eps=0), "rms_norm_eps in .*config.json is 0: expected a finite number > 0"),
+    (dict(rms_norm_eps=-1e-6), "rms_norm_eps in .*config.json is -1e-06: expected a finite number > 0"),
+    (dict(attention_bias="false"), "attention_bias in .*config.json is 'false': expected true or false"),
+    (dict(use_sliding_window="no"), "use_sliding_window in .*config.json is 'no': expected true or false"),
+])
+def test_malformed_config_field_is_named_with_its_file(ckpt, changes, message):
+    edit_config(ckpt, **changes)
+    before = snapshot(ckpt)
+    with pytest.raises(ValueError, match=message) as info:
+        Transformer.from_pretrained(ckpt)
+    assert str(ckpt / "config.json") in str(info.value)
+    assert snapshot(ckpt) == before
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", r"config.json holds a list \[1, 2\]: expected a JSON object"),
+    ("null", "config.json holds null: expected a JSON object"),
+    ('"qwen3"', 'config.json holds a string "qwen3": expected a JSON object'),
+    ("42", "config.json holds a number 42: expected a JSON object"),
+    ("", "config.json is not valid JSON"),
+])
+def test_config_json_that_is_not_an_object(ckpt, text, message):
+    (ckpt / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        Transformer.from_pretrained(ckpt)
+    assert str(ckpt / "config.json") in str(info.value)
+
+
+def test_untied_string_false_no_longer_drops_the_head_silently(ckpt, token_ids):
+    """The reported case: "false" as a string was truthy, so an untied lm_head was replaced by the embedding."""
+    edit_tensors(ckpt, add={"lm_head.weight": torch.randn(512, 32, generator=torch.Generator().manual_seed(0))})
+    edit_config(ckpt, tie_word_embeddings=False)
+    untied = Transformer.from_pretrained(ckpt)
+    ids = token_ids(8, seed=2)
+    assert (untied(torch.tensor([ids]))[0] - hf_logits(ckpt, ids)).abs().max() < 1e-4  # the real boolean loads right
+    edit_config(ckpt, tie_word_embeddings="false")
+    with pytest.raises(ValueError, match="expected true or false"):
+        Transformer.from_pretrained(ckpt)
+
+
+def test_rope_theta_zero_would_have_given_nan_logits(ckpt, token_ids):
+    """Why rope_theta is checked: theta = 0 makes every rotation angle NaN (0 ** -x is inf, 1 / inf * 0...)."""
+    from minillm.model import rope_cos_sin
+
+    cos, _ = rope_cos_sin(torch.arange(4), 16, 0.0)
+    assert torch.isnan(cos).any()
+
+
+# ---- broken weight files: named, with what went wrong and how to fix it ----
+
+
+def truncate(n):
+    return lambda f: f.write_bytes(f.read_bytes()[:n])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: f.write_bytes(b""), r"model.safetensors is empty \(0 bytes\)"),
+    (lambda f: f.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 164736\n"),
+     r"model.safetensors is a Git LFS pointer \(\d+ bytes\), not the weights: run `git lfs pull` in "),
+    (truncate(5), r"model.safetensors is not a complete safetensors file \(5 bytes"),
+    (truncate(1000), r"model.safetensors is not a complete safetensors file \(1,000 bytes, announcing a header of"),
+    (truncate(-100), r"model.safetensors is truncated or padded: its tensors need [\d,]+ bytes of data but the file holds"),
+    (lambda f: f.write_bytes(f.read_bytes() + b"\0" * 8), r"model.safetensors is truncated or padded"),
+    (lambda f: f.write_bytes((8).to_bytes(8, "little") + b"not json" + b"\0" * 64), "has no readable safetensors header"),
+    (lambda f: f.write_text("<html>404 Not Found</html>" * 3), "is not a complete safetensors file"),
+])
+def test_broken_weights_file_is_named(ckpt, damage, message):
+    file = ckpt / "model.safetensors"
+    damage(file)
+    before = snapshot(ckpt)
+    with pytest.raises(ValueError, match=message) as info:
+        Transformer.from_pretrained(ckpt)
+    assert str(file) in str(info.value)
+    assert "SafetensorError" not in str(info.value)
+    assert snapshot(ckpt) == before
+
+
+def test_broken_shard_is_named(ckpt):
+    names = sorted(load_file(str(ckpt / "model.safetensors")))
+    shard(ckpt, [names[:5], names[5:]])
+    second = ckpt / "model-00002-of-00002.safetensors"
+    second.write_bytes(second.read_bytes()[:-1])
+    with pytest.raises(ValueError, match="model-00002-of-00002.safetensors is truncated"):
+        Transformer.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize("index, message", [
+    ("{not json", "model.safetensors.index.json is not valid JSON"),
+    ("[]", "has no 'weight_map'"),
+    ('{"weight_map": {"a": 3}}', "has no 'weight_map'"),
+])
+def test_broken_shard_index_is_named(ckpt, index, message):
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(ValueError, match=message):
+        Transformer.from_pretrained(ckpt)

@@ -8,6 +8,7 @@ a temp folder ($MINILLM_PRACTICE_WORKSPACE), never practice/workspace/.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,11 +47,13 @@ def solution_with(slug, old, new) -> str:
     return source.replace(old, new, 1)
 
 
-def test_check_passes_on_a_subset(judge):
+def test_check_passes_on_a_subset_and_verifies_the_tree(judge):
     result = judge("check", "padding-waste", "kv-bytes-per-token", "9")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All 3 exercises are consistent" in result.stdout
     assert "slot-mapping" in result.stdout
+    assert re.search(r"wrong +\d+/\d+ +fail", result.stdout)  # the wrong answers ran, and failed
+    assert "Tree verified: the" in result.stdout and "byte-identical after the run" in result.stdout
 
 
 def test_list_shows_every_exercise_by_chapter(judge):
@@ -119,7 +122,7 @@ def test_reference_solution_passes_and_is_recorded(judge, workspace):
     (workspace / "kv-bytes-per-token.py").write_text((PROBLEMS / "kv-bytes-per-token" / "solution.py").read_text())
     result = judge("test", "kv-bytes-per-token")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "All 8 tests pass" in result.stdout
+    assert re.search(r"All \d+ tests pass", result.stdout)
     listed = next(line for line in judge("list").stdout.splitlines() if " kv-bytes-per-token " in line)
     assert listed.rstrip().endswith("passed")
 
@@ -166,13 +169,30 @@ def test_import_error_is_reported(judge, tmp_path):
     assert "No module named 'numpyy'" in result.stdout and "line 1" in result.stdout
 
 
-def test_exception_in_the_readers_code_names_the_line(judge, tmp_path):
+def test_exception_in_the_readers_code_names_the_line_and_the_call(judge, tmp_path):
     crashing = solution_with("padding-waste", "    return 1 - sum(query_lens) / padded_tokens(query_lens)",
                              "    return 1 - sum(query_lens) / 0")
     result = judge("test", "padding-waste", write(tmp_path, "crash.py", crashing))
     assert result.returncode == 1
-    assert "your code raised ZeroDivisionError: division by zero" in result.stdout
+    assert ("padding_waste([3, 1]) was expected to succeed, but your code raised "
+            "ZeroDivisionError: division by zero") in result.stdout
     assert "crash.py line" in result.stdout and "return 1 - sum(query_lens) / 0" in result.stdout
+
+
+def test_an_argument_changed_in_place_is_named(judge, tmp_path):
+    mutating = solution_with("padding-waste", "    return [list(t) + [pad_id] * (width - len(t)) for t in token_lists]",
+                             "    for t in token_lists:\n        t += [pad_id] * (width - len(t))\n    return token_lists")
+    result = judge("test", "padding-waste", write(tmp_path, "mutating.py", mutating))
+    assert result.returncode == 1
+    assert "FAIL  test_pad_fills_on_the_right" in result.stdout
+    assert "changed its argument `token_lists` in place" in result.stdout
+
+
+def test_printing_is_shown_with_the_failure(judge, tmp_path):
+    noisy = solution_with("padding-waste", "    return 1 - sum(query_lens) / padded_tokens(query_lens)",
+                          "    print('lens are', query_lens)\n    return 0.5")
+    result = judge("test", "padding-waste", write(tmp_path, "noisy.py", noisy))
+    assert "your code printed: lens are [3, 1]" in result.stdout
 
 
 def test_missing_function_is_named(judge, tmp_path):
@@ -187,3 +207,52 @@ def test_doctor_says_what_runs_here(judge):
     assert result.returncode == 0, result.stderr
     assert "torch" in result.stdout and "cuda" in result.stdout
     assert "exercises run on this machine" in result.stdout
+    assert re.search(r"^sandbox +(namespaces: |a separate process only)", result.stdout, re.MULTILINE)
+
+
+def test_front_matter_is_read_by_one_parser_for_the_judge_and_the_site():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("chapters_hook", ROOT / "docs" / "hooks" / "chapters.py")
+    chapters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chapters)
+    sys.path.insert(0, str(ROOT / "practice"))
+    try:
+        from exercises import load_exercises
+    finally:
+        sys.path.remove(str(ROOT / "practice"))
+    site = {p["slug"]: p for p in chapters.read_problems(ROOT)}
+    judged = load_exercises()
+    assert sorted(site) == sorted(e.slug for e in judged)
+    for ex in judged:
+        assert (site[ex.slug]["title"], site[ex.slug]["chapter"], site[ex.slug]["requires"]) == \
+            (ex.title, ex.chapter, ex.requires)
+    with pytest.raises(ValueError, match="mapping"):  # one parser, so one set of errors as well
+        chapters.problem_md_parser.split_front_matter("---\n- a list\n---\n")
+
+
+@pytest.fixture(scope="module")
+def full_check():
+    """One `judge.py check -v` over every exercise: solutions, starters and every wrong answer."""
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([sys.executable, str(JUDGE), "check", "-v"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+@pytest.mark.parametrize("slug", sorted(p.parent.name for p in PROBLEMS.glob("*/problem.md")))
+def test_a_solution_that_hardcodes_the_example_fails(full_check, slug):
+    """Every exercise has wrong/hardcoded_*.py, fitted to the example's numbers, and the tests catch it."""
+    fixtures = sorted((PROBLEMS / slug / "wrong").glob("hardcoded_*.py"))
+    assert fixtures, f"{slug} has no wrong/hardcoded_*.py"
+    start = re.search(rf"^ +\d+  {re.escape(slug)} +solution", full_check.stdout, re.MULTILINE)
+    assert start, full_check.stdout
+    block = re.split(r"\n +\d+  \S", full_check.stdout[start.start():], maxsplit=1)[0]  # the exercise's lines
+    assert re.search(r"solution +(\d+)/\1 +pass +starter +(\d+)/\2 +fail +wrong +(\d+)/\3 +fail +ok", block), block
+    for fixture in fixtures:
+        assert re.search(rf"wrong/{fixture.stem}\.py: caught by test_\w+", block), block
+
+
+def test_the_full_check_passes_and_verifies_the_tree(full_check):
+    assert full_check.returncode == 0, full_check.stdout + full_check.stderr
+    assert "All 16 exercises are consistent" in full_check.stdout
+    assert "Tree verified: the" in full_check.stdout

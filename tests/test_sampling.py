@@ -18,8 +18,18 @@ from minillm.sampling import SamplingParams, apply_top_k_top_p, sample
     (dict(top_k=-1), "top_k is -1"),
     (dict(top_p=0.0), "top_p is 0.0"),
     (dict(top_p=1.5), "top_p is 1.5"),
-    (dict(stop_token_ids=[3, -2]), "stop_token_ids has -2"),
+    (dict(stop_token_ids=[3, -2]), r"stop_token_ids\[1\] is -2: expected an int >= 0"),
+    (dict(stop_token_ids=5), "stop_token_ids is 5: expected a list of ints"),
+    (dict(stop_token_ids="5"), "stop_token_ids is '5': expected a list of ints"),
+    (dict(stop_token_ids=[1.5]), r"stop_token_ids\[0\] is 1.5: expected an int"),
     (dict(seed=-5), "seed is -5"),
+    (dict(seed=1.5), "seed is 1.5"),
+    (dict(max_tokens=True), "max_tokens is True: expected an int >= 1"),
+    (dict(temperature="0.7"), "temperature is '0.7': expected a finite number >= 0"),
+    (dict(temperature=math.inf), "temperature is inf"),
+    (dict(top_k=2.0), "top_k is 2.0: expected an int >= 0"),
+    (dict(top_p=math.nan), "top_p is nan"),
+    (dict(ignore_eos="no"), "ignore_eos is 'no': expected True or False"),
 ])
 def test_bad_params_are_rejected_with_the_value(kwargs, words):
     with pytest.raises(ValueError, match=words):
@@ -28,6 +38,53 @@ def test_bad_params_are_rejected_with_the_value(kwargs, words):
 
 def test_stop_token_ids_become_a_tuple():
     assert SamplingParams(stop_token_ids=[5, 7]).stop_token_ids == (5, 7)
+
+
+def test_numpy_and_tensor_numbers_become_plain_ones():
+    import numpy as np
+
+    sp = SamplingParams(max_tokens=np.int64(4), temperature=np.float32(0.5), top_k=torch.tensor(3),
+                        stop_token_ids=np.array([1, 2]), seed=np.uint8(7))
+    assert (sp.max_tokens, sp.temperature, sp.top_k, sp.stop_token_ids, sp.seed) == (4, 0.5, 3, (1, 2), 7)
+    assert all(type(v) in (int, float) for v in (sp.max_tokens, sp.temperature, sp.top_k, sp.seed, *sp.stop_token_ids))
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-30, 1e-8, 9.9e-6, 1e-5, 1e-4, 1e-3])
+def test_tiny_temperatures_pick_the_argmax_and_never_see_nan(temperature, monkeypatch):
+    """Greedy in the limit: below 1e-5 (vLLM's threshold) the row is greedy; above, the scaled logits stay finite."""
+    logits = torch.randn(6, 5000, generator=torch.Generator().manual_seed(3)) * 4
+    seen = []
+    real_softmax = torch.Tensor.softmax
+    monkeypatch.setattr(torch.Tensor, "softmax", lambda t, *a, **k: seen.append(t) or real_softmax(t, *a, **k))
+    sp = SamplingParams(temperature=temperature, top_p=0.9, top_k=50)
+    assert sp.greedy == (temperature < 1e-5)
+    tokens = sample(logits, [sp] * 6, seeds=list(range(6)), steps=[0] * 6)
+    assert tokens == logits.argmax(-1).tolist()
+    assert all(not torch.isnan(t).any() for t in seen), "softmax saw NaN"
+
+
+def test_the_old_division_would_have_produced_nan():
+    """Why the max is subtracted first: logits / 1e-45 overflow to +-inf, and softmax of inf - inf is NaN."""
+    logits = torch.tensor([[1.0, 2.0, 3.0]])
+    assert torch.isnan((logits / torch.tensor(1e-45)).softmax(-1)).any()
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_logits_are_an_error_not_a_token(bad):
+    logits = torch.randn(3, 10, generator=torch.Generator().manual_seed(0))
+    logits[1, 4] = bad
+    for sp in [SamplingParams(), SamplingParams(temperature=1.0)]:
+        with pytest.raises(ValueError, match="logits row 1 holds NaN, \\+inf or only -inf"):
+            sample(logits, [sp] * 3, seeds=[0] * 3, steps=[0] * 3)
+
+
+def test_minus_inf_logits_are_allowed_but_not_a_whole_row():
+    logits = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))
+    logits[0, :9] = -math.inf  # only token 9 possible
+    assert sample(logits, [SamplingParams(temperature=1.0)] * 2, seeds=[0, 1], steps=[0, 0])[0] == 9
+    logits[1] = -math.inf
+    with pytest.raises(ValueError, match="logits row 1"):
+        sample(logits, [SamplingParams()] * 2, seeds=[0, 1], steps=[0, 0])
 
 
 def test_greedy_rows_take_the_argmax():

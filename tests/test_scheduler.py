@@ -167,3 +167,48 @@ def test_random_workloads_finish_every_request_exactly_once(data):
     for f in finished:
         if f.status == "finished":
             assert len(f.output_ids) == f.params.max_tokens and f.finish_reason == "length"
+
+
+def state(s: Scheduler):
+    return [(q.request_id, q.status, q.num_computed, list(q.output_ids), list(q.block_table))
+            for q in [*s.waiting, *s.running]], s.pool.num_free
+
+
+@pytest.mark.parametrize("misuse, words", [
+    ("the same plan twice", "the plan of step 1 was already applied"),
+    ("a stale plan", r"the plan of step 1 is stale \(the latest is step 2\)"),
+    ("a token that is not an int", r"no sampled token for request 'a'.*got 'x': expected an int"),
+    ("a missing token", "no sampled token for request 'a'"),
+])
+def test_a_plan_is_applied_once_or_not_at_all(misuse, words):
+    """update applied twice used to append the tokens twice and move num_computed past the end."""
+    s = make(budget=16)
+    s.add(seq("a", 5, max_tokens=6))
+    s.add(seq("b", 3, max_tokens=6))
+    plan = s.schedule()
+    sampled = {c.request_id: 1000 + i for i, c in enumerate(plan.chunks) if c.need_logits}
+    if misuse == "the same plan twice":
+        s.update(plan, sampled)
+    elif misuse == "a stale plan":
+        s.schedule()  # a newer plan exists (the engine's step raised between schedule and update)
+    elif misuse == "a token that is not an int":
+        sampled["a"] = "x"
+    else:
+        del sampled["a"]
+    before = state(s)
+    with pytest.raises(ValueError, match=words):
+        s.update(plan, sampled)
+    assert state(s) == before
+    assert all(q.num_computed <= q.num_tokens for q in s.running)
+
+
+def test_abort_frees_a_running_request_and_skips_its_chunk_in_the_pending_plan():
+    s = make(budget=16)
+    s.add(seq("a", 5))
+    s.add(seq("b", 3))
+    plan = s.schedule()
+    free = s.pool.num_free
+    assert s.abort("a").finish_reason == "abort" and s.pool.num_free == free + 2
+    finished = s.update(plan, {c.request_id: 1234 for c in plan.chunks if c.need_logits})
+    assert finished == [] and [r.request_id for r in s.running] == ["b"] and s.running[0].output_ids == [1234]
+    assert s.abort("a") is None and s.abort("never") is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 
 import yaml
@@ -22,11 +23,15 @@ from mkdocs.structure.files import File
 
 log = logging.getLogger("mkdocs.hooks.chapters")
 
+# The judge's own parser of problem.md front matter (practice/problem_md.py), so both read it alike.
+_spec = spec_from_file_location("problem_md", Path(__file__).resolve().parents[2] / "practice" / "problem_md.py")
+problem_md_parser = module_from_spec(_spec)
+_spec.loader.exec_module(problem_md_parser)
+
 CHAPTER_NAME = re.compile(r"^(\d\d)_[A-Za-z0-9_]+\.ipynb$")
 CHAPTERS_SECTION = "Chapters"
 CHAPTER_MAP_MARKER = "<!-- chapter-map -->"
 EXERCISES_MARKER = "<!-- exercises -->"
-FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.DOTALL)
 REQUIRED_FIELDS = ("title", "chapter", "difficulty")
 EXERCISES_SECTION = "Exercises"
 EXERCISES_INDEX = "exercises/index.md"
@@ -58,12 +63,12 @@ def site_path(notebook: Path) -> str:
 
 def read_problem(problem_md: Path) -> dict:
     """The front matter of one exercise, with its slug (folder name); errors name the file and field."""
-    match = FRONT_MATTER.match(problem_md.read_text(encoding="utf-8"))
-    if not match:
+    try:
+        meta, _ = problem_md_parser.split_front_matter(problem_md.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ValueError(f"{problem_md}: {error}") from None
+    if meta is None:
         raise ValueError(f"{problem_md}: expected YAML front matter between '---' lines at the top")
-    meta = yaml.safe_load(match.group(1)) or {}
-    if not isinstance(meta, dict):
-        raise ValueError(f"{problem_md}: front matter must be a mapping, got {type(meta).__name__}")
     missing = [field for field in REQUIRED_FIELDS if not meta.get(field)]
     if missing:
         raise ValueError(f"{problem_md}: front matter lacks {', '.join(missing)}")
@@ -97,7 +102,7 @@ def exercise_src_uri(slug: str) -> str:
 def exercise_page_markdown(root: Path, problem: dict, number: int) -> str:
     """One exercise's page: its statement from problem.md, the hints folded, the judge's commands."""
     text = (root / "practice" / "problems" / problem["slug"] / "problem.md").read_text(encoding="utf-8")
-    body = FRONT_MATTER.sub("", text, count=1).strip()
+    body = problem_md_parser.split_front_matter(text)[1].strip()
     hints = HINTS.search(body)
     body = HINTS.sub("", body).strip()
     title_line, _, rest = body.partition("\n")

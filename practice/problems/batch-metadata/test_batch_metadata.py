@@ -1,11 +1,25 @@
-"""Tests for batch_metadata: the chapter's worked cases, then random mixes against minillm.runner.build_batch."""
+"""Tests for batch_metadata: the chapter's worked cases, then random mixes of any size against the
+definitions, and errors that name the request's bad value."""
 
 import random
 
-from grading import check_equal, check_raises, fail
-from minillm.runner import build_batch
+import pytest
+
+from grading import check_equal, check_names, check_raises, fail
 
 FIELDS = ["query_start_loc", "seq_lens", "positions", "logits_indices"]
+
+
+def metadata(num_computed, num_new, need_logits):
+    """The definitions, one request at a time."""
+    out = {"query_start_loc": [0], "seq_lens": [], "positions": [], "logits_indices": []}
+    for cached, new, sample in zip(num_computed, num_new, need_logits):
+        out["positions"] += range(cached, cached + new)
+        out["query_start_loc"].append(out["query_start_loc"][-1] + new)
+        out["seq_lens"].append(cached + new)
+        if sample:
+            out["logits_indices"].append(out["query_start_loc"][-1] - 1)
+    return out
 
 
 def field(learner, name, *args):
@@ -42,31 +56,38 @@ def test_logits_at_the_last_token_of_each_sampling_request(learner):
 def test_chapter_example_layout(learner):
     """Prefill of 7, decode after 5, chunk of 12 after 10, all sampling."""
     got = learner.batch_metadata([0, 5, 10], [7, 1, 12], [True, True, True])
-    check_equal([got.get(f) for f in FIELDS[:2]] + [got.get("logits_indices")],
-                [[0, 7, 8, 20], [7, 6, 22], [6, 7, 19]], "[query_start_loc, seq_lens, logits_indices]")
-    check_equal(got.get("positions"), list(range(7)) + [5] + list(range(10, 22)), "positions")
+    check_equal(got, metadata([0, 5, 10], [7, 1, 12], [True, True, True]), "batch_metadata of the chapter's example")
 
 
-def test_random_mixes_match_build_batch(learner):
-    """Any mix of prefills, decodes and chunks, compared with minillm.runner.build_batch."""
-    rng = random.Random(0)
-    for case in range(150):
-        B = rng.randint(1, 6)
-        cached = [rng.choice([0, rng.randint(0, 40)]) for _ in range(B)]
+def test_a_step_where_nobody_samples(learner):
+    """Every request is a prompt chunk that does not finish: logits_indices is empty."""
+    check_equal(field(learner, "logits_indices", [0, 64], [32, 32], [False, False]), [],
+                "logits_indices when no request samples")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_mixes_follow_the_definitions(learner, seed):
+    """Any number of requests, any mix of prefills, decodes and chunks, contexts into the thousands."""
+    rng = random.Random(seed)
+    for case in range(40):
+        B = rng.randint(1, 9)
+        cached = [rng.choice([0, rng.randint(0, 40), rng.randint(1000, 5000)]) for _ in range(B)]
         new = [rng.choice([1, rng.randint(1, 12)]) for _ in range(B)]
-        sample = [rng.random() < 0.7 for _ in range(B)]
-        items = [([1] * n, c, list(range(64)), s) for c, n, s in zip(cached, new, sample)]
-        ref = build_batch(items, block_size=16)
-        want = {"query_start_loc": ref.query_start_loc, "seq_lens": ref.seq_lens,
-                "positions": ref.positions.tolist(), "logits_indices": ref.logits_indices.tolist()}
-        got = learner.batch_metadata(cached, new, sample)
-        for name in FIELDS:
-            check_equal(got.get(name) if isinstance(got, dict) else got, want[name],
-                        f"case {case}: {name} for num_computed={cached}, num_new={new}, need_logits={sample}")
+        sample = [rng.random() < 0.6 for _ in range(B)]
+        check_equal(learner.batch_metadata(cached, new, sample), metadata(cached, new, sample),
+                    f"seed {seed}, case {case}: batch_metadata({cached}, {new}, {sample})")
 
 
-def test_inconsistent_input_raises_value_error(learner):
-    """Lists of different lengths, a request with 0 new tokens, or negative num_computed."""
+def test_lists_of_different_lengths_raise_value_error(learner):
+    """One entry per request in each of the three lists."""
     check_raises(ValueError, learner.batch_metadata, [0, 1], [1], [True, True], what="lists of lengths 2, 1, 2")
-    check_raises(ValueError, learner.batch_metadata, [3], [0], [True], what="a request with num_new=0")
-    check_raises(ValueError, learner.batch_metadata, [-1], [2], [True], what="a request with num_computed=-1")
+    check_raises(ValueError, learner.batch_metadata, [0], [1], [True, False], what="lists of lengths 1, 1, 2")
+
+
+@pytest.mark.parametrize("num_computed, num_new, bad", [([3, 5], [2, 0], 0), ([3, 5, 1], [2, 4, -3], -3),
+                                                         ([0, -7], [1, 1], -7)])
+def test_a_bad_request_raises_value_error_naming_its_value(learner, num_computed, num_new, bad):
+    """A request with no new token, or a negative num_computed, wherever it is in the batch: name the bad value."""
+    what = f"batch_metadata({num_computed}, {num_new}, ...)"
+    error = check_raises(ValueError, learner.batch_metadata, num_computed, num_new, [True] * len(num_new), what=what)
+    check_names(error, bad, what)

@@ -10,7 +10,7 @@ def build_batch(items, block_size: int) -> BatchInput:
     items = [(list(ids), start, list(table), sample) for ids, start, table, sample in items]
     for i, (ids, start, table, _) in enumerate(items):  # every check before any building
         if not ids:
-            raise ValueError(f"request {i} has no new tokens")
+            raise ValueError(f"request {i} has no new tokens: expected at least one")
         last = start + len(ids) - 1
         if last // block_size >= len(table):
             raise ValueError(f"request {i}: position {last} needs block {last // block_size}, "
@@ -27,4 +27,4 @@ def build_batch(items, block_size: int) -> BatchInput:
             rows.append(starts[-1] - 1)
     long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731  (empty lists too)
     return BatchInput(long(input_ids), long(positions), long(slots), starts, seq_lens,
-                      [table for _, _, table, _ in items], long(rows))
+                      [table for _, _, table, _ in items], long(rows), block_size)

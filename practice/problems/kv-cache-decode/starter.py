@@ -1,6 +1,9 @@
-"""A contiguous KV cache that minillm's Transformer can use, and greedy generation with it."""
+"""A contiguous KV cache that minillm's Transformer uses as its attention backend, and greedy generation with it."""
 
 import torch
+
+from minillm.kv_cache import forward_cached  # noqa: F401  (you will need them)
+from minillm.model import causal_attention  # noqa: F401
 
 
 class KVCache:
@@ -14,8 +17,12 @@ class KVCache:
         """Store k, v [B, T, KV, hd] after the layer's history; return the whole history [B, length + T, KV, hd]."""
         raise NotImplementedError("KVCache.update")
 
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """The backend's call from the model: store the new K/V, then let q [B, T, H, hd] see the whole history."""
+        raise NotImplementedError("KVCache.attend")
+
     def advance(self, n: int) -> None:
-        """Count n more tokens as stored (the model calls this once per forward, after every layer)."""
+        """Count n more tokens as stored (once per forward, after every layer has stored them)."""
         raise NotImplementedError("KVCache.advance")
 
 

@@ -1,30 +1,26 @@
-"""ModelRunner.forward as a function: one flat batch of prefills, decodes and chunks through the model."""
+"""One mixed forward: the paged attention backend of a step, and the runner's call of the model's own forward."""
 
 import torch
 
-from minillm.model import apply_rope, rope_cos_sin  # noqa: F401  (you will need them)
-from minillm.paged import paged_attention  # noqa: F401
+from minillm.paged import paged_attention  # noqa: F401  (you will need it)
+
+
+class PagedBackend:
+    """The attention backend of one step over a PagedKVCache: write the new K/V, then attend through the block tables."""
+
+    def __init__(self, kv, block_tables: list[list[int]], seq_lens: list[int], query_start_loc: list[int],
+                 slot_mapping: torch.Tensor):
+        self.kv, self.block_tables, self.seq_lens = kv, block_tables, seq_lens
+        self.query_start_loc, self.slot_mapping = query_start_loc, slot_mapping
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """q [N, H, hd], k, v [N, KV, hd] of the step's new tokens -> [N, H, hd]."""
+        self.kv.write(layer, self.slot_mapping, k, v)  # every new token, first: each sees itself
+        return paged_attention(q, self.kv, layer, self.block_tables, self.seq_lens, self.query_start_loc, scale)
 
 
 @torch.no_grad()
 def runner_forward(model, kv, batch) -> torch.Tensor:
     """model: minillm Transformer; kv: PagedKVCache; batch: BatchInput -> logits [M, vocab] at batch.logits_indices."""
-    cfg = model.cfg
-    heads, kv_heads, head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    N = batch.input_ids.shape[0]
-    h = model.embed_tokens(batch.input_ids)  # [N, hidden]
-    cos, sin = rope_cos_sin(batch.positions, head_dim, cfg.rope_theta)  # each token at its own position
-    cos, sin = cos[:, None, :].to(h.dtype), sin[:, None, :].to(h.dtype)  # [N, 1, hd]
-    for layer_index, layer in enumerate(model.layers):
-        attn = layer.self_attn
-        normed = layer.input_layernorm(h)
-        q = apply_rope(attn.q_norm(attn.q_proj(normed).view(N, heads, head_dim)), cos, sin)
-        k = apply_rope(attn.k_norm(attn.k_proj(normed).view(N, kv_heads, head_dim)), cos, sin)
-        v = attn.v_proj(normed).view(N, kv_heads, head_dim)
-        kv.write(layer_index, batch.slot_mapping, k, v)  # every new token, sampled or not
-        o = paged_attention(q, kv, layer_index, batch.block_tables, batch.seq_lens, batch.query_start_loc,
-                            head_dim**-0.5)  # [N, heads, hd]
-        h = h + attn.o_proj(o.reshape(N, heads * head_dim))
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
-    last = h[batch.logits_indices]  # [M, hidden]: only where a token is sampled
-    return model.lm_head(model.norm(last))
+    backend = PagedBackend(kv, batch.block_tables, batch.seq_lens, batch.query_start_loc, batch.slot_mapping)
+    return model(batch.input_ids, batch.positions, backend, logits_indices=batch.logits_indices)

@@ -1,88 +1,117 @@
-"""Tests for paged_attention, against dense causal attention on each request's own tokens."""
+"""Tests for paged_attention: against dense float64 attention on each request's own tokens, over head
+groupings (powers of two or not), head sizes, block sizes, scales and mixes of prefills, chunks and
+decodes, with shuffled block tables and NaN in every slot a request does not own."""
 
+import random
+
+import pytest
 import torch
 
 from grading import check_close
-from minillm.model import causal_attention
-from minillm.paged import PagedKVCache, slot_mapping_for
 
-HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 8, 4
-SCALE = HEAD_DIM**-0.5
+NAN = float("nan")
 
 
-def build(requests, seed=0, stale=0.0):
-    """requests: (num_cached, num_new, block_table). Returns the pool, the flat q, the metadata, and per
-    request the dense q, k, v [1, S or n, heads, hd] of its whole context, for the reference."""
-    g = torch.Generator().manual_seed(seed)
-    kv = PagedKVCache(1, 16, BLOCK, KV_HEADS, HEAD_DIM)
-    if stale:
-        kv.k[0].fill_(stale), kv.v[0].fill_(stale)  # whatever an earlier owner of the blocks left behind
-    qs, dense, query_start_loc, seq_lens = [], [], [0], []
-    for cached, new, table in requests:
+def build(requests, heads=4, kv_heads=2, head_dim=8, block_size=4, num_blocks=40, seed=0, extra_blocks=0):
+    """requests: (num_cached, num_new) each. Returns q, the pool, the metadata and per request the dense
+    (q [n, H, hd], k, v [S, KV, hd]) of its context, for the reference. Unused slots hold NaN."""
+    g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    k_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), NAN)
+    v_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), NAN)
+    free = list(range(num_blocks))
+    rng.shuffle(free)
+    qs, dense, tables, query_start_loc, seq_lens = [], [], [], [0], []
+    for cached, new in requests:
         S = cached + new
-        k, v = torch.randn(S, KV_HEADS, HEAD_DIM, generator=g), torch.randn(S, KV_HEADS, HEAD_DIM, generator=g)
-        q = torch.randn(new, HEADS, HEAD_DIM, generator=g)
-        kv.write(0, torch.tensor(slot_mapping_for(table, list(range(S)), BLOCK)), k, v)
+        table = [free.pop() for _ in range(-(-S // block_size) + extra_blocks)]  # extra blocks: allocated, unused
+        k, v = torch.randn(S, kv_heads, head_dim, generator=g), torch.randn(S, kv_heads, head_dim, generator=g)
+        for p in range(S):
+            k_cache[table[p // block_size], p % block_size] = k[p]
+            v_cache[table[p // block_size], p % block_size] = v[p]
+        q = torch.randn(new, heads, head_dim, generator=g)
         qs.append(q)
-        dense.append((q[None], k[None], v[None]))
+        dense.append((q, k, v))
+        tables.append(table)
         query_start_loc.append(query_start_loc[-1] + new)
         seq_lens.append(S)
-    tables = [list(t) for _, _, t in requests]
-    return kv, torch.cat(qs), tables, seq_lens, query_start_loc, dense
+    return torch.cat(qs), k_cache, v_cache, tables, seq_lens, query_start_loc, dense
 
 
-def run(learner, kv, q, tables, seq_lens, query_start_loc):
-    return learner.paged_attention(q, kv.k[0], kv.v[0], tables, seq_lens, query_start_loc, SCALE)
+def expected(dense, scale):
+    """Each request alone: its n queries are its last n positions and see keys 0 .. their own position."""
+    out = []
+    for q, k, v in dense:
+        n, S, group = q.shape[0], k.shape[0], q.shape[1] // k.shape[1]
+        k, v = k.double().repeat_interleave(group, dim=1), v.double().repeat_interleave(group, dim=1)
+        scores = torch.einsum("nhd,shd->hns", q.double(), k) * scale
+        sees = torch.ones(n, S, dtype=torch.bool).tril(diagonal=S - n)
+        out.append(torch.einsum("hns,shd->nhd", scores.masked_fill(~sees, -torch.inf).softmax(-1), v))
+    return torch.cat(out).float()
 
 
-def expected(dense):
-    return torch.cat([causal_attention(q, k, v, SCALE)[0] for q, k, v in dense])
+def run(learner, q, k_cache, v_cache, tables, seq_lens, query_start_loc, scale):
+    return learner.paged_attention(q, k_cache, v_cache, tables, seq_lens, query_start_loc, scale)
 
 
-def test_prefill_matches_dense_causal_attention(learner):
-    """A whole prompt (n = seq_len): ordinary causal attention over keys gathered from the block table."""
-    kv, q, *meta, dense = build([(0, 7, [5, 2])])
-    check_close(run(learner, kv, q, *meta), expected(dense), "a 7-token prefill in blocks [5, 2]", atol=1e-5)
+def check(learner, requests, what, scale=8**-0.5, **sizes):
+    q, k_cache, v_cache, tables, seq_lens, qsl, dense = build(requests, **sizes)
+    check_close(run(learner, q, k_cache, v_cache, tables, seq_lens, qsl, scale), expected(dense, scale), what, atol=1e-5)
+
+
+def test_prefill_is_ordinary_causal_attention(learner):
+    """A whole prompt (n = seq_len): causal attention over keys gathered through the block table."""
+    check(learner, [(0, 7)], "a 7-token prefill")
 
 
 def test_decode_sees_the_whole_history(learner):
     """One new token is the last of its context: it sees all seq_len keys (the mask is aligned to the end)."""
-    kv, q, *meta, dense = build([(10, 1, [3, 0, 7])])
-    check_close(run(learner, kv, q, *meta), expected(dense), "a decode step with 11 tokens of context", atol=1e-5)
+    check(learner, [(10, 1)], "a decode step with 11 tokens of context")
 
 
 def test_chunk_mask_is_aligned_to_the_end(learner):
     """n new tokens after c cached: new token j is at position c + j and sees keys 0 .. c + j."""
-    kv, q, *meta, dense = build([(6, 4, [1, 4, 6])])
-    check_close(run(learner, kv, q, *meta), expected(dense), "a 4-token chunk after 6 cached tokens", atol=1e-5)
+    check(learner, [(6, 4)], "a 4-token chunk after 6 cached tokens")
 
 
 def test_requests_in_one_batch_do_not_see_each_other(learner):
     """Each request reads only its own blocks and owns rows query_start_loc[i] : query_start_loc[i+1] of q."""
-    kv, q, *meta, dense = build([(0, 5, [6, 1]), (8, 1, [3, 0, 7]), (4, 3, [2, 5])], seed=1)
-    check_close(run(learner, kv, q, *meta), expected(dense), "a batch of prefill 5, decode at 9, chunk of 3 after 4",
-                atol=1e-5)
+    check(learner, [(0, 5), (8, 1), (4, 3)], "a batch of prefill 5, decode at 9, chunk of 3 after 4", seed=1)
 
 
-def test_blocks_are_read_in_block_table_order(learner):
-    """The table [9, 3, 12] means positions 0-3 are in block 9, 4-7 in block 3, 8-9 in block 12."""
-    kv, q, *meta, dense = build([(0, 10, [9, 3, 12])], seed=2)
-    check_close(run(learner, kv, q, *meta), expected(dense), "a prefill in blocks [9, 3, 12]", atol=1e-5)
+def test_only_the_blocks_the_context_needs_are_read(learner):
+    """A table may list more blocks than seq_len needs (they hold NaN here): read ceil(seq_len / block_size) of them."""
+    check(learner, [(5, 1), (0, 3)], "requests whose tables hold an unused block each", seed=2, extra_blocks=1)
 
 
-def test_stale_slots_past_seq_len_are_ignored(learner):
-    """The last block is only partly filled: read seq_len tokens, not whole blocks."""
-    kv, q, *meta, dense = build([(5, 1, [8, 2]), (0, 3, [4])], seed=3, stale=50.0)
-    check_close(run(learner, kv, q, *meta), expected(dense), "attention with stale values in the unused slots",
-                atol=1e-5)
+def test_stale_slots_past_seq_len_are_never_read(learner):
+    """The last block is only partly filled and the rest may hold anything, even NaN: take seq_len tokens, do not mask."""
+    check(learner, [(5, 1), (0, 3), (2, 7)], "attention with NaN in every slot past seq_len", seed=3, block_size=8)
 
 
 def test_query_heads_share_kv_heads_in_consecutive_groups(learner):
-    """Query head h uses KV head h // (heads // kv_heads): heads 0, 1 read KV head 0 and heads 2, 3 KV head 1."""
-    kv, q, *meta, dense = build([(0, 3, [0])], seed=4)
-    kv.v[0][..., 0, :] = 1.0  # every value of KV head 0 is 1, of KV head 1 is -1
-    kv.v[0][..., 1, :] = -1.0
-    got = run(learner, kv, q, *meta)
+    """Query head h uses KV head h // (heads // kv_heads): with 6 heads over 2 KV heads, heads 0-2 read KV head 0."""
+    q, k_cache, v_cache, tables, seq_lens, qsl, dense = build([(0, 3)], heads=6, kv_heads=2, seed=4)
+    v_cache[..., 0, :] = 1.0  # every value of KV head 0 is 1, of KV head 1 is -1 (attention averages them)
+    v_cache[..., 1, :] = -1.0
     want = torch.ones_like(q)
-    want[:, 2:] = -1.0  # attention averages values: heads 0-1 give 1, heads 2-3 give -1
-    check_close(got, want, "the output per query head when KV head 0 holds 1s and KV head 1 holds -1s", atol=1e-5)
+    want[:, 3:] = -1.0
+    check_close(run(learner, q, k_cache, v_cache, tables, seq_lens, qsl, 0.3), want,
+                "the output per query head when KV head 0 holds 1s and KV head 1 holds -1s", atol=1e-5)
+
+
+CONFIGS = [  # requests, heads, kv_heads, head_dim, block_size, scale
+    ([(0, 9), (3, 1), (17, 5)], 4, 4, 16, 1, 0.25),
+    ([(30, 1), (31, 1), (2, 1)], 6, 2, 8, 3, 8**-0.5),
+    ([(12, 12), (0, 1)], 8, 2, 12, 5, 1.7),
+    ([(40, 2), (7, 9), (0, 4), (1, 1)], 10, 2, 6, 16, 0.05),
+    ([(64, 1)], 3, 1, 32, 7, 32**-0.5),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONFIGS)))
+def test_any_grouping_block_size_and_scale(learner, case):
+    """Any head grouping, head size, block size and scale (use the scale you are given, not 1/sqrt(head_dim))."""
+    requests, heads, kv_heads, head_dim, block_size, scale = CONFIGS[case]
+    check(learner, requests, f"requests {requests} with {heads} heads over {kv_heads} KV heads of {head_dim}, "
+          f"block_size {block_size}, scale {scale:g}", scale=scale, heads=heads, kv_heads=kv_heads,
+          head_dim=head_dim, block_size=block_size, seed=10 + case)

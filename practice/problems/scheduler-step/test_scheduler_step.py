@@ -1,8 +1,13 @@
-"""Tests for schedule_step: the rules one at a time, a whole run step by step, and random states."""
+"""Tests for schedule_step: the rules one at a time on small cases, a whole run step by step, then
+random states where each rule is checked on its own, so a broken rule fails with its own message."""
 
 import random
 
-from grading import check_equal, check_raises, fail
+import pytest
+
+from grading import check_equal, check_names, check_raises, fail
+
+MAY_CHANGE_IN_PLACE = {"running": 0, "waiting": 1}  # admitted requests move from waiting to running
 
 
 def make(learner, spec):
@@ -26,6 +31,13 @@ def test_decodes_are_scheduled_before_prefills(learner):
                 "schedule_step(running=[p prefilling, d1, d2 decoding], budget 10)")
 
 
+def test_decodes_beyond_the_budget_wait(learner):
+    """With a budget of 2 and three decodes, the first two in running order get a token; the third gets none."""
+    running = make(learner, "a:3/3 b:5/6 c:2/2")
+    check_equal(learner.schedule_step(running, make(learner, "w:4"), 2, 8), [("a", 1), ("b", 1)],
+                "three decodes with a budget of 2")
+
+
 def test_long_prompt_is_chunked_to_the_budget(learner):
     """A 100-token prompt with a budget of 32 computes 32 tokens now and the rest in later steps."""
     running, waiting = [], make(learner, "a:100")
@@ -44,10 +56,10 @@ def test_started_prefill_goes_before_new_requests(learner):
 
 def test_new_requests_fill_the_leftover_budget(learner):
     """Admit waiting requests in arrival order while budget and seats remain; the last may be a chunk."""
-    running, waiting = make(learner, "a:4/4"), make(learner, "b:5 c:50")
+    running, waiting = make(learner, "a:4/4"), make(learner, "b:5 c:50 d:3")
     check_equal(learner.schedule_step(running, waiting, 20, 4), [("a", 1), ("b", 5), ("c", 14)],
-                "running a (decoding), waiting b:5, c:50, budget 20")
-    check_equal([ids(running), ids(waiting)], [["a", "b", "c"], []], "[running, waiting] after the step")
+                "running a (decoding), waiting b:5, c:50, d:3, budget 20")
+    check_equal([ids(running), ids(waiting)], [["a", "b", "c"], ["d"]], "[running, waiting] after the step")
 
 
 def test_max_num_seqs_caps_the_running_set(learner):
@@ -55,6 +67,8 @@ def test_max_num_seqs_caps_the_running_set(learner):
     running, waiting = make(learner, "a:4/4 b:3/3"), make(learner, "c:5")
     check_equal(learner.schedule_step(running, waiting, 50, 2), [("a", 1), ("b", 1)], "two decodes, max_num_seqs 2")
     check_equal(ids(waiting), ["c"], "waiting when the running set is full")
+    running, waiting = make(learner, "a:4/4"), make(learner, "c:5 d:6 e:7")
+    check_equal(learner.schedule_step(running, waiting, 50, 3), [("a", 1), ("c", 5), ("d", 6)], "max_num_seqs 3")
 
 
 def test_waiting_requests_are_served_first_come_first_served(learner):
@@ -97,40 +111,103 @@ def test_whole_run_step_by_step(learner):
                 "the steps of the whole run")
 
 
-def test_random_states_obey_every_rule(learner):
-    """Budget never exceeded, decodes get exactly 1, prompts never over-computed, admission in order, no idle budget."""
-    rng = random.Random(0)
-    for case in range(300):
-        running, waiting = [], []
-        for i in range(rng.randint(0, 5)):
+@pytest.mark.parametrize("budget, cap, bad", [(0, 4, 0), (-3, 4, -3), (8, 0, 0), (8, -2, -2)])
+def test_bad_limits_raise_value_error_naming_them(learner, budget, cap, bad):
+    """A budget or a cap below 1 could never schedule anything: ValueError naming the value, lists unchanged."""
+    running, waiting = make(learner, "a:3/3"), make(learner, "b:3")
+    what = f"schedule_step(token_budget={budget}, max_num_seqs={cap})"
+    error = check_raises(ValueError, learner.schedule_step, running, waiting, budget, cap, what=what)
+    check_names(error, bad, what)
+    check_equal([ids(running), ids(waiting)], [["a"], ["b"]], f"[running, waiting] after {what}")
+
+
+# ---------------------------------------------------------------- random states, one rule per test
+
+
+def random_steps(learner, seed=0, cases=50):
+    """(description, running before, waiting before, budget, cap, plan, running after, waiting after, left)."""
+    rng = random.Random(seed)
+    for case in range(cases):
+        specs = []
+        for i in range(rng.randint(0, 6)):
             prompt = rng.randint(1, 40)
-            running.append(learner.Request(f"r{i}", prompt, rng.choice([prompt + rng.randint(0, 5), rng.randint(1, prompt)])))
-        waiting = [learner.Request(f"w{i}", rng.randint(1, 40)) for i in range(rng.randint(0, 4))]
-        budget, cap = rng.randint(1, 30), rng.randint(1, 6)
+            specs.append((f"r{i}", prompt, rng.choice([prompt + rng.randint(0, 5), rng.randint(0, prompt - 1)])))
+        waiting_specs = [(f"w{i}", rng.randint(1, 40), 0) for i in range(rng.randint(0, 5))]
+        budget, cap = rng.randint(1, 30), rng.randint(max(1, len(specs)), 8)
+        running = [learner.Request(*s) for s in specs]
+        waiting = [learner.Request(*s) for s in waiting_specs]
         before_running, before_waiting = list(running), list(waiting)
-        state = f"case {case}: running {[(r.request_id, r.num_prompt_tokens, r.num_computed_tokens) for r in running]}, " \
-                f"waiting {[(r.request_id, r.num_prompt_tokens) for r in waiting]}, budget {budget}, max_num_seqs {cap}"
+        state = f"case {case}: running {specs}, waiting {waiting_specs}, budget {budget}, max_num_seqs {cap}"
         plan = learner.schedule_step(running, waiting, budget, cap)
+        if not isinstance(plan, list) or not all(isinstance(p, tuple) and len(p) == 2 for p in plan):
+            fail(f"{state}: schedule_step should return a list of (request_id, num_tokens) tuples, got {plan!r}")
+        left = {rid: prompt - done for rid, prompt, done in specs + waiting_specs}  # prompt tokens left
+        yield state, before_running, before_waiting, budget, cap, plan, running, waiting, left
+
+
+def test_random_states_never_exceed_the_budget(learner):
+    """The tokens of a step add up to at most token_budget."""
+    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+        if sum(n for _, n in plan) > budget:
+            fail(f"{state}: plan {plan} schedules {sum(n for _, n in plan)} tokens > token_budget {budget}")
+
+
+def test_random_states_have_no_zero_token_entry(learner):
+    """Every entry computes at least one token."""
+    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+        if any(n < 1 for _, n in plan):
+            fail(f"{state}: plan {plan} has an entry with fewer than 1 token")
+
+
+def test_random_states_list_each_request_once(learner):
+    """A request appears at most once in a step's plan."""
+    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+        names = [rid for rid, _ in plan]
+        if len(set(names)) != len(names):
+            fail(f"{state}: plan {plan} lists {sorted({n for n in names if names.count(n) > 1})} more than once")
+
+
+def test_random_states_schedule_decodes_first_with_one_token_each(learner):
+    """Decodes (prompt done) come first, in running order, with exactly 1 token each."""
+    for state, before_running, _, budget, cap, plan, running, waiting, left in random_steps(learner):
+        decodes = [rid for rid, n in plan if left[rid] <= 0]
+        if [rid for rid, _ in plan[:len(decodes)]] != decodes:
+            fail(f"{state}: plan {plan} puts a prefill before a decode")
+        order = [r.request_id for r in before_running]
+        if sorted(decodes, key=order.index) != decodes or any(n != 1 for rid, n in plan if left[rid] <= 0):
+            fail(f"{state}: plan {plan}: decodes go in running order with exactly 1 token each")
+
+
+def test_random_states_chunk_prefills_to_what_is_left(learner):
+    """A prefill gets min(prompt tokens left, budget left): never more than its prompt needs."""
+    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+        spent = 0
+        for rid, n in plan:
+            if left[rid] > 0 and n != min(left[rid], budget - spent):
+                fail(f"{state}: plan {plan} gives {rid} {n} tokens; {left[rid]} prompt tokens are left and "
+                     f"{budget - spent} of the budget: expected {min(left[rid], budget - spent)}")
+            spent += n
+
+
+def test_random_states_admit_in_order_up_to_the_cap(learner):
+    """Admitted requests move from the front of waiting to the end of running, never past max_num_seqs."""
+    for state, before_running, before_waiting, budget, cap, plan, running, waiting, left in random_steps(learner):
         admitted = running[len(before_running):]
         if running[:len(before_running)] != before_running or admitted != before_waiting[:len(admitted)] \
                 or waiting != before_waiting[len(admitted):]:
-            fail(f"{state}: requests must move only from the front of waiting to the end of running")
-        if len(admitted) and len(running) > cap:
-            fail(f"{state}: admitted {ids(admitted)} although that makes {len(running)} running > max_num_seqs")
-        total = sum(n for _, n in plan)
-        if total > budget or any(n < 1 for _, n in plan) or len({rid for rid, _ in plan}) != len(plan):
-            fail(f"{state}: plan {plan} breaks the budget, has a 0-token entry, or lists a request twice")
-        left = {r.request_id: r.num_prompt_tokens - r.num_computed_tokens for r in running}
-        for rid, n in plan:
-            if left[rid] <= 0 and n != 1 or left[rid] > 0 and n > left[rid]:
-                fail(f"{state}: plan {plan} gives {rid} {n} tokens ({max(left[rid], 0)} prompt tokens left)")
-        if total < budget and (len(plan) < len(running) or (waiting and len(running) < cap)):
-            fail(f"{state}: plan {plan} leaves {budget - total} tokens of budget unused while work is waiting")
-        expected_order = [rid for rid, _ in plan if left[rid] <= 0] + [rid for rid, _ in plan if left[rid] > 0]
-        check_equal([rid for rid, _ in plan], expected_order, f"{state}: the order (decodes first)")
+            fail(f"{state}: the lists must change only by moving requests from the front of waiting to the end "
+                 f"of running; running is now {ids(running)}, waiting {ids(waiting)}")
+        if admitted and len(running) > cap:
+            fail(f"{state}: admitted {ids(admitted)} although that makes {len(running)} running > max_num_seqs {cap}")
+        if [rid for rid, _ in plan if rid.startswith("w")] != ids(admitted):
+            fail(f"{state}: plan {plan} should schedule exactly the admitted requests {ids(admitted)}, in that order")
 
 
-def test_bad_limits_raise_value_error(learner):
-    """A budget or a cap below 1 could never schedule anything."""
-    check_raises(ValueError, learner.schedule_step, [], make(learner, "a:3"), 0, 4, what="token_budget=0")
-    check_raises(ValueError, learner.schedule_step, [], make(learner, "a:3"), 8, 0, what="max_num_seqs=0")
+def test_random_states_leave_no_budget_idle(learner):
+    """While budget is left, nobody running waits and nobody who could be admitted does."""
+    for state, before_running, before_waiting, budget, cap, plan, running, waiting, left in random_steps(learner):
+        spent = sum(n for _, n in plan)
+        idle = [r.request_id for r in before_running if r.request_id not in {rid for rid, _ in plan}]
+        if spent < budget and (idle or (waiting and len(running) < cap)):
+            fail(f"{state}: plan {plan} leaves {budget - spent} tokens of the budget unused while "
+                 f"{idle or ids(waiting)[:1]} could use them")

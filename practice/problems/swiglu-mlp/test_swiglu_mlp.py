@@ -1,22 +1,23 @@
-"""Tests for swiglu_mlp, against minillm.model.MLP and small cases worked out by hand."""
+"""Tests for swiglu_mlp: against minillm.model.MLP over many sizes and batch layouts, and by hand."""
 
 import math
 
+import pytest
 import torch
 
 from grading import check_close
 from minillm.model import MLP, ModelConfig
 
 
-def random_mlp(d, inter, seed=0):
+def random_mlp(d, inter, seed=0, dtype=torch.float32):
     cfg = ModelConfig(vocab_size=16, hidden_size=d, intermediate_size=inter, num_hidden_layers=1,
                       num_attention_heads=1, num_key_value_heads=1, head_dim=d)
     mlp = MLP(cfg)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in mlp.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
-    return mlp
+            p.copy_(2 * torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+    return mlp.to(dtype)
 
 
 def weights(mlp):
@@ -27,17 +28,21 @@ def scalar(v):
     return torch.tensor([[float(v)]])
 
 
+def silu(z):
+    return z / (1 + math.exp(-z))
+
+
 def test_silu_is_z_times_sigmoid_z(learner):
     """silu(z) = z * sigmoid(z): not sigmoid(z), not relu, not gelu."""
-    got = learner.swiglu_mlp(scalar(2), scalar(1), scalar(1), scalar(1))
-    check_close(got, scalar(2 * (1 / (1 + math.exp(-2))) * 2), "swiglu_mlp(x=2) with all weights 1", atol=1e-5)
+    for v in (2.0, -1.5, 0.3):
+        got = learner.swiglu_mlp(scalar(v), scalar(1), scalar(1), scalar(1))
+        check_close(got, scalar(silu(v) * v), f"swiglu_mlp(x={v:g}) with all weights 1", atol=1e-6)
 
 
 def test_activation_goes_on_the_gate_branch(learner):
     """silu(gate(x)) * up(x): the activation is on the gate, and up stays linear."""
-    got = learner.swiglu_mlp(scalar(1), scalar(2), scalar(-3), scalar(1))
-    expected = 2 / (1 + math.exp(-2)) * -3  # silu(2) * (-3)
-    check_close(got, scalar(expected), "swiglu_mlp(x=1) with gate 2, up -3, down 1", atol=1e-5)
+    got = learner.swiglu_mlp(scalar(1), scalar(2), scalar(-3), scalar(0.5))
+    check_close(got, scalar(silu(2) * -3 * 0.5), "swiglu_mlp(x=1) with gate 2, up -3, down 0.5", atol=1e-6)
 
 
 def test_weights_are_laid_out_like_nn_linear(learner):
@@ -48,9 +53,25 @@ def test_weights_are_laid_out_like_nn_linear(learner):
         check_close(learner.swiglu_mlp(x, *weights(mlp)), mlp(x), "swiglu_mlp with 3 x 3 weights", atol=1e-5)
 
 
-def test_matches_minillm_mlp(learner):
-    """down(silu(gate(x)) * up(x)) on a batch of tokens, widened from 16 to 40 and back."""
-    mlp = random_mlp(16, 40, seed=3)
-    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(4))
+SIZES = [  # d, intermediate, leading dimensions of x
+    (16, 40, (2, 5)), (64, 24, (7,)), (5, 11, (1, 1, 1)), (1, 6, (3,)), (32, 96, ()), (12, 12, (2, 3, 2))]
+
+
+@pytest.mark.parametrize("case", range(len(SIZES)))
+def test_matches_minillm_for_any_size_and_batch(learner, case):
+    """down(silu(gate(x)) * up(x)) on [..., d], whatever d, the intermediate size and the leading dimensions."""
+    d, inter, lead = SIZES[case]
+    mlp = random_mlp(d, inter, seed=3 + case)
+    x = torch.randn(*lead, d, generator=torch.Generator().manual_seed(20 + case))
     with torch.no_grad():
-        check_close(learner.swiglu_mlp(x, *weights(mlp)), mlp(x), "swiglu_mlp(x [2, 5, 16])", atol=1e-5)
+        check_close(learner.swiglu_mlp(x, *weights(mlp)), mlp(x),
+                    f"swiglu_mlp(x {list(x.shape)}) widened to {inter} and back", atol=1e-5, rtol=1e-5)
+
+
+def test_half_precision_stays_half_precision(learner):
+    """x and the weights in bfloat16 give a bfloat16 result (the matrix products keep x's dtype)."""
+    mlp = random_mlp(16, 32, seed=9, dtype=torch.bfloat16)
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(10)).bfloat16()
+    with torch.no_grad():
+        check_close(learner.swiglu_mlp(x, *weights(mlp)), mlp(x), "swiglu_mlp in bfloat16", atol=3e-2, rtol=3e-2,
+                    dtype=torch.bfloat16)

@@ -5,17 +5,18 @@ import torch
 
 def top_k_top_p_filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """[B, V] -> a new [B, V] tensor with the cut tokens set to -inf (top-k first, then top-p)."""
-    out = logits.clone()
+    out = logits
     if 0 < top_k < out.shape[-1]:
         kth = torch.topk(out, top_k, dim=-1).values[:, -1:]  # [B, 1] the k-th largest per row
-        out = out.masked_fill(out < kth, float("-inf"))
+        out = out.masked_fill(out < kth, float("-inf"))  # ties with the k-th are kept
     if top_p < 1.0:
-        probs, order = out.softmax(dim=-1).sort(dim=-1, descending=True)
-        mass_before = probs.cumsum(dim=-1) - probs  # probability of the more likely tokens
-        cut_sorted = mass_before >= top_p  # the crossing token has mass_before < top_p: kept
-        cut = torch.zeros_like(cut_sorted).scatter(-1, order, cut_sorted)  # back to vocabulary order
-        out = out.masked_fill(cut, float("-inf"))
-    return out
+        probs = out.float().softmax(dim=-1)  # [B, V], what top-k kept, renormalised
+        ranked = probs.sort(dim=-1, descending=True).values
+        mass_before = ranked.cumsum(dim=-1) - ranked  # probability of the more likely tokens
+        kept = mass_before < top_p  # a prefix: the crossing token still has mass_before < top_p
+        smallest = ranked.masked_fill(~kept, float("inf")).min(dim=-1, keepdim=True).values  # [B, 1]
+        out = out.masked_fill(probs < smallest, float("-inf"))  # a tie with the crossing token is kept too
+    return out.clone() if out is logits else out
 
 
 def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,

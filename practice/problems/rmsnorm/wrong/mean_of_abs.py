@@ -1,0 +1,11 @@
+"""Wrong: divides by the mean absolute value instead of the root mean square.
+
+Caught by: test_matches_minillm_for_any_shape_and_eps.
+"""
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    x32 = x.float()
+    return weight * (x32 / (x32.abs().mean(dim=-1, keepdim=True) + eps)).to(x.dtype)

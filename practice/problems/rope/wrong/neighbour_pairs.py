@@ -1,0 +1,19 @@
+"""Wrong: rotates element i with its neighbour i + 1 instead of with i + head_dim/2.
+
+Caught by: test_pairs_are_the_two_halves_of_a_head.
+"""
+
+import torch
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    pair = torch.arange(head_dim // 2, dtype=torch.float32)
+    angle = positions.to(torch.float32)[:, None] * (theta ** (-2.0 * pair / head_dim))[None, :]
+    angle = torch.cat([angle, angle], dim=-1)
+    return torch.cos(angle), torch.sin(angle)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    even, odd = x[..., 0::2], x[..., 1::2]
+    partner = torch.stack([-odd, even], dim=-1).flatten(-2)
+    return (x * cos + partner * sin).to(x.dtype)

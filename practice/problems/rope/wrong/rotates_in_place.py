@@ -1,0 +1,20 @@
+"""Wrong: rotates x in place, so the caller's tensor changes.
+
+Caught by: test_pairs_are_the_two_halves_of_a_head.
+"""
+
+import torch
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    pair = torch.arange(head_dim // 2, dtype=torch.float32)
+    angle = positions.to(torch.float32)[:, None] * (theta ** (-2.0 * pair / head_dim))[None, :]
+    angle = torch.cat([angle, angle], dim=-1)
+    return torch.cos(angle), torch.sin(angle)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    partner = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    x.mul_(cos.to(x.dtype)).add_(partner * sin.to(x.dtype))
+    return x

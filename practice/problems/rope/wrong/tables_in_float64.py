@@ -1,0 +1,19 @@
+"""Wrong: returns float64 tables; the task asks for float32.
+
+Caught by: test_tables_for_any_positions_head_dim_and_theta.
+"""
+
+import torch
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    pair = torch.arange(head_dim // 2, dtype=torch.float64)
+    angle = positions.double()[:, None] * (theta ** (-2.0 * pair / head_dim))[None, :]
+    angle = torch.cat([angle, angle], dim=-1)
+    return torch.cos(angle), torch.sin(angle)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    partner = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + partner * sin).to(x.dtype)
