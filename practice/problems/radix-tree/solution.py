@@ -1,14 +1,14 @@
 """SGLang's radix tree over token ids: longest-prefix match with node splits, and insertion."""
 
 
-class Node:
+class _Node:
     def __init__(self, key: list[int], parent):
         self.key, self.parent, self.children = key, parent, {}  # children: first token of the child's key -> child
 
 
 class RadixTree:
     def __init__(self):
-        self.root = Node([], None)
+        self.root = _Node([], None)
 
     def _match(self, token_ids: list[int]):
         """(matched length, the node where the match ends), splitting a node the match ends inside."""
@@ -20,7 +20,7 @@ class RadixTree:
                 n += 1
             matched += n
             if n < len(child.key):  # the match ends inside child: its first n tokens become their own node
-                head = Node(child.key[:n], node)
+                head = _Node(child.key[:n], node)
                 node.children[child.key[0]] = head
                 child.key, child.parent = child.key[n:], head
                 head.children[child.key[0]] = child
@@ -37,7 +37,7 @@ class RadixTree:
         token_ids = list(token_ids)
         matched, node = self._match(token_ids)
         if matched < len(token_ids):
-            node.children[token_ids[matched]] = Node(token_ids[matched:], node)
+            node.children[token_ids[matched]] = _Node(token_ids[matched:], node)
         return matched
 
     def _nodes(self):
