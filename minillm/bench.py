@@ -178,10 +178,11 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
-    if "shared-prefix" in list(argv or []) or "--workload=shared-prefix" in list(argv or []):
-        from minillm.bench_prefix import main as shared_prefix_main
+    argv = list(argv or [])
+    if "--workload=shared-prefix" in argv or ["--workload", "shared-prefix"] in map(list, zip(argv, argv[1:])):
+        from minillm.bench_prefix import main as shared_prefix_main  # its own options: see bench_prefix.py
 
-        return shared_prefix_main([a for a in argv if a != "--workload=shared-prefix"])
+        return shared_prefix_main(argv)
     args = parse_args(argv)
     load_before = load_average()
     if args.threads:

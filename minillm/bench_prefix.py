@@ -60,25 +60,38 @@ def run(model, prompts, max_tokens, enable: bool, concurrency: int, budget: int,
                 hit_rate=engine.stats.hit_rate, preemptions=sum(o.num_preemptions for o in outs))
 
 
+FULL_RUN = dict(requests=32, system_len=256, user_lens=[8, 32], max_tokens=16, concurrency=8, budget=512, repeats=3)
+QUICK_RUN = dict(requests=6, system_len=64, user_lens=[8, 32], max_tokens=4, concurrency=4, budget=96, repeats=1)
+
+
 def parse_args(argv):
+    from minillm.cli import existing_folder, int_arg, int_list_arg, writable_file
+
     p = argparse.ArgumentParser(prog="python -m minillm bench --workload shared-prefix",
                                 description=__doc__.split("\n")[0])
+
+    def default(name):
+        show = lambda v: ",".join(map(str, v)) if isinstance(v, list) else v  # noqa: E731
+        return f"(default: {show(FULL_RUN[name])}; with --quick: {show(QUICK_RUN[name])})"
+
     p.add_argument("--workload", default="shared-prefix", choices=["shared-prefix"])  # how bench.main sends us here
-    p.add_argument("--model", default=None, help="checkpoint folder (default: the generated bench model)")
-    p.add_argument("--requests", type=int, default=32, help="requests in the workload")
-    p.add_argument("--system-len", type=int, default=256, help="tokens of the shared system prompt")
-    p.add_argument("--user-lens", default="8,32", help="min,max tokens of each request's own message")
-    p.add_argument("--max-tokens", type=int, default=16, help="new tokens per request")
-    p.add_argument("--concurrency", type=int, default=8, help="max_num_seqs of the queued run")
-    p.add_argument("--budget", type=int, default=512, help="the engine's max_num_batched_tokens")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds; medians are reported")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save", default=None, help="write the results as JSON to this path")
+    p.add_argument("--model", type=existing_folder, default=None, help="checkpoint folder (default: the generated bench model)")
+    p.add_argument("--requests", type=int_arg(min=1), help="requests in the workload " + default("requests"))
+    p.add_argument("--system-len", type=int_arg(min=1), help="tokens of the shared system prompt " + default("system_len"))
+    p.add_argument("--user-lens", type=int_list_arg(min=1, length=2, ascending=True),
+                   help="min,max tokens of each request's own message " + default("user_lens"))
+    p.add_argument("--max-tokens", type=int_arg(min=1), help="new tokens per request " + default("max_tokens"))
+    p.add_argument("--concurrency", type=int_arg(min=1), help="max_num_seqs of the queued run " + default("concurrency"))
+    p.add_argument("--budget", type=int_arg(min=1), help="the engine's max_num_batched_tokens " + default("budget"))
+    p.add_argument("--repeats", type=int_arg(min=1), help="timed rounds; medians are reported " + default("repeats"))
+    p.add_argument("--threads", type=int_arg(min=1), default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=int_arg(min=0), default=0)
+    p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON to this path (checked first)")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
     args = p.parse_args(argv)
-    if args.quick:
-        args.requests, args.max_tokens, args.repeats, args.system_len, args.concurrency, args.budget = 6, 4, 1, 64, 4, 96
+    for name, value in (QUICK_RUN if args.quick else FULL_RUN).items():
+        if getattr(args, name) is None:  # --quick fills in only what the reader did not pass
+            setattr(args, name, value)
     return args
 
 
@@ -100,7 +113,7 @@ def main(argv=None) -> int:
         path = bench_model_path()
     model = Transformer.from_pretrained(path)
     cfg = model.cfg
-    lo, hi = (int(x) for x in args.user_lens.split(","))
+    lo, hi = args.user_lens
     prompts = make_workload(args.requests, args.system_len, (lo, hi), cfg.vocab_size, args.seed)
     print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size:,} "
           f"({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, fp32), {torch.get_num_threads()} threads")

@@ -257,3 +257,13 @@ def test_shared_prefix_bench_quick_run_saves_a_table(tmp_path, capsys):
         assert off["hit_tokens"] == 0 and on["hit_tokens"] > 0
         assert off["prompt_tokens_computed"] - on["prompt_tokens_computed"] == on["hit_tokens"]
     assert "fewer prompt tokens" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, words", [(["--requests", "0"], "--requests"), (["--user-lens", "9,3"], "--user-lens"),
+                                         (["--save", "/"], "--save")])
+def test_shared_prefix_bench_checks_its_options_first(args, words, capsys):
+    from minillm.bench import main
+
+    with pytest.raises(SystemExit):
+        main(["--workload", "shared-prefix", "--quick", *args])
+    assert words in capsys.readouterr().err
