@@ -3,6 +3,7 @@
     python -m minillm bench                      # the full run: about 5 minutes on 2 CPU cores
     python -m minillm bench --save benchmarks/results/cpu.json
     python -m minillm bench --quick              # a smoke run of a few seconds on the tiny model
+    python -m minillm bench --workload shared-prefix   # prefix caching off vs on (bench_prefix.py)
 
 Every contender serves the same seeded requests on the same checkpoint, greedy, each request asking
 for exactly `--max-tokens` new tokens (EOS ignored), so all of them do the same work:
@@ -164,6 +165,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int_arg(min=0), default=0)
     p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON to this path (checked first)")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
+    p.add_argument("--workload", default="concurrency", choices=["concurrency", "shared-prefix"],
+                   help="concurrency (this table) or shared-prefix (prefix caching off vs on; see bench_prefix.py)")
     argv = list(argv or [])
     if argv[:1] == ["--"]:  # `python -m minillm bench -- --quick`: the separator some shells need
         argv = argv[1:]
@@ -175,6 +178,11 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
+    argv = list(argv or [])
+    if "--workload=shared-prefix" in argv or ["--workload", "shared-prefix"] in map(list, zip(argv, argv[1:])):
+        from minillm.bench_prefix import main as shared_prefix_main  # its own options: see bench_prefix.py
+
+        return shared_prefix_main(argv)
     args = parse_args(argv)
     load_before = load_average()
     if args.threads:

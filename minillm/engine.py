@@ -24,7 +24,8 @@ from minillm.detokenizer import IncrementalDetokenizer
 from minillm.model import Transformer
 from minillm.outputs import Output, TokenEvent, Timing
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
-from minillm.prompts import prompt_ids, split_prompts
+from minillm.prefix_cache import PrefixCacheStats
+from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
@@ -35,14 +36,15 @@ class LLMEngine:
                  num_blocks: int | None = None, max_num_batched_tokens: int = 512, max_num_seqs: int = 16,
                  max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30,
                  eos_token_id: int | list[int] | None = None, device=None, dtype: torch.dtype = torch.float32,
-                 seed: int = 0, record_plans: bool = False):
+                 seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False):
         """model: a loaded Transformer, or a checkpoint folder (None: the book's default model).
 
         The KV pool gets `num_blocks` blocks, by default enough for max_num_seqs full-length requests
         but at most `kv_cache_bytes` of memory. `max_model_len` defaults to the model's
         max_position_embeddings, capped at 4096. `eos_token_id` (an id or a list; [] for none) defaults
-        to the checkpoint's (generation_config.json, else config.json). Every argument is checked before
-        anything is loaded or allocated.
+        to the checkpoint's (generation_config.json, else config.json). enable_prefix_caching (vLLM's name;
+        off here, so that chapter 6 reads as before) reuses the KV blocks of prompt prefixes computed
+        earlier (chapter 7). Every argument is checked before anything is loaded or allocated.
         """
         block_size = check_int("block_size", block_size, min=1)
         num_blocks = None if num_blocks is None else check_int("num_blocks", num_blocks, min=1)
@@ -59,8 +61,9 @@ class LLMEngine:
             raise ValueError(f"dtype is {dtype!r}: expected a torch.dtype such as torch.float32")
         if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
             raise ValueError(f"tokenizer is {tokenizer!r}: expected a Hugging Face tokenizer (or None)")
-        if not isinstance(record_plans, bool):
-            raise ValueError(f"record_plans is {record_plans!r}: expected True or False")
+        for name, flag in [("record_plans", record_plans), ("enable_prefix_caching", enable_prefix_caching)]:
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} is {flag!r}: expected True or False")
         if model is None or isinstance(model, (str, os.PathLike)):
             from minillm.checkpoints import default_model_path
 
@@ -95,7 +98,7 @@ class LLMEngine:
         self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
         self.runner = ModelRunner(model, self.kv)
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
-                                   self.max_model_len)
+                                   self.max_model_len, enable_prefix_caching=enable_prefix_caching)
         self.rng = random.Random(seed)  # seeds for requests that bring none
         self.record_plans = record_plans
         self.plans: list[StepPlan] = []  # every step's plan, when record_plans is on (the notebook draws them)
@@ -116,13 +119,14 @@ class LLMEngine:
             raise TypeError(f"params is a {type(params).__name__}: expected SamplingParams")
         if request_id is not None and not isinstance(request_id, str):
             raise ValueError(f"request_id is {request_id!r}: expected a string (or None for an automatic one)")
+        prompt, cache_salt = split_cache_salt(prompt)
         ids = prompt_ids(prompt, self.tokenizer, self.model.cfg.vocab_size)
         if request_id is None:
             request_id = self._free_ids(1)[0]
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             stops |= self.eos_token_ids
-        return Sequence(request_id, ids, params, stop_token_ids=frozenset(stops))
+        return Sequence(request_id, ids, params, stop_token_ids=frozenset(stops), cache_salt=cache_salt)
 
     def _free_ids(self, n: int) -> list[str]:
         """The next n automatic request ids ("req-0", "req-1", ...) nobody has used; reserves nothing."""
@@ -202,7 +206,16 @@ class LLMEngine:
         itl = [b - a for a, b in zip(times, times[1:])]
         text = self.tokenizer.decode(seq.output_ids) if self.tokenizer is not None else ""
         return Output(seq.request_id, seq.prompt_ids, list(seq.output_ids), text, seq.finish_reason,
-                      times[0] - timing.added, itl, seq.num_preemptions)
+                      times[0] - timing.added, itl, seq.num_preemptions, seq.num_cached_tokens or 0)
+
+    @property
+    def stats(self) -> PrefixCacheStats:
+        """Totals so far: cache lookups, query and hit tokens, hit rate, tokens computed. Each plan has its step's."""
+        return self.scheduler.stats
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, e.g. between benchmark rounds; refused (False) while requests hold blocks."""
+        return self.scheduler.kv.reset()
 
     # ---- convenience loops -------------------------------------------------------------------------
     def _add_all(self, prompts, params) -> list[str]:

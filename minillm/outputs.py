@@ -17,6 +17,7 @@ class Output:
     ttft: float  # time to first token
     itl: list[float]  # inter-token latencies: the gaps between consecutive tokens
     num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache, never computed (vLLM's name)
 
     @property
     def latency(self) -> float:

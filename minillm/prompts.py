@@ -2,7 +2,9 @@
 
 A prompt is a string (tokenized with the engine's tokenizer) or token ids: a list or tuple of ints, a
 1-D numpy array or a 1-D tensor. `generate` and `stream` take one prompt or any iterable of prompts
-(a list, a generator, the rows of a 2-D array). Every form becomes a plain list of ints here, so
+(a list, a generator, the rows of a 2-D array). Like vLLM's TextPrompt and TokensPrompt, a prompt may also
+be a dict with "prompt" (text) or "prompt_token_ids", and an optional "cache_salt" for the prefix cache
+(chapter 7). Every form becomes a plain list of ints here, so
 `add_request`, `generate` and `stream` accept exactly the same things and reject the rest with one message.
 """
 
@@ -32,11 +34,24 @@ def prompt_ids(prompt, tokenizer, vocab_size: int) -> list[int]:
     return ids
 
 
+def split_cache_salt(prompt):
+    """(prompt, cache_salt): a dict's "prompt" or "prompt_token_ids" and its "cache_salt"; any other prompt, as is."""
+    if not isinstance(prompt, dict):
+        return prompt, None
+    if set(prompt) - {"prompt", "prompt_token_ids", "cache_salt"} or ("prompt" in prompt) == ("prompt_token_ids" in prompt):
+        raise ValueError(f"prompt is {_show(prompt)}: expected a dict with one of 'prompt' (text) or "
+                         "'prompt_token_ids', and optionally 'cache_salt'")
+    salt = prompt.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise ValueError(f"cache_salt is {salt!r}: expected a non-empty string, or no cache_salt")
+    return prompt.get("prompt", prompt.get("prompt_token_ids")), salt
+
+
 def split_prompts(prompts) -> list:
-    """One prompt or many, as a list of prompts: a string or a sequence of ints is one prompt."""
-    if prompts is None or isinstance(prompts, (bytes, dict)):
+    """One prompt or many, as a list of prompts: a string, a dict or a sequence of ints is one prompt."""
+    if prompts is None or isinstance(prompts, bytes):
         raise ValueError(f"prompts is {_show(prompts)}: expected one prompt ({PROMPT}) or an iterable of prompts")
-    if isinstance(prompts, str):
+    if isinstance(prompts, (str, dict)):
         return [prompts]
     ndim = getattr(prompts, "ndim", None)
     if ndim is not None:  # a numpy array or a tensor: 1-D is one prompt, 2-D one prompt per row

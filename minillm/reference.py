@@ -32,6 +32,8 @@ def hf_logits(path, token_ids: list[int], dtype: torch.dtype = torch.float32, de
 def hf_generate(path, token_ids: list[int], max_new_tokens: int) -> list[int]:
     """Greedy continuation by transformers' generate (fp32, CPU); stops at max_new_tokens only."""
     model = hf_model(str(path))
-    out = model.generate(torch.tensor([token_ids]), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                         do_sample=False, pad_token_id=0)
+    ids = torch.tensor([token_ids])
+    # An explicit all-ones mask: without one, generate masks out every prompt token equal to pad_token_id.
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                         min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
     return out[0, len(token_ids):].tolist()

@@ -7,6 +7,8 @@ prefilled), oldest first, then admits waiting requests first come, first served,
 prompt into a chunk that fits the budget. KV blocks come from a `BlockPool`; when the pool runs dry,
 the newest running request is preempted: its blocks are freed and it goes back to the front of the
 queue, to recompute its prompt and the tokens it already produced when there is room again.
+Blocks are the `KVCacheManager`'s business (prefix_cache.py): with prefix caching on, a request being
+admitted first asks it for its cached prefix, and its first chunk starts after it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 from minillm.checking import as_int, check_int
 from minillm.paged import BlockPool, num_blocks_for
+from minillm.prefix_cache import KVCacheManager, PrefixCacheStats
 from minillm.sampling import SamplingParams
 
 
@@ -35,6 +38,8 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "length" | "stop" | "abort"
     num_preemptions: int = 0
+    cache_salt: str | None = None  # enters the prefix cache's first digest: only equal salts share blocks
+    num_cached_tokens: int | None = None  # prompt tokens found in the prefix cache at first admission
 
     @property
     def num_tokens(self) -> int:
@@ -68,6 +73,7 @@ class StepPlan:
     step: int
     chunks: list[ScheduledChunk]
     preempted: list[str]
+    cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # this step's lookups, hits, computed tokens
 
     @property
     def num_tokens(self) -> int:
@@ -76,14 +82,18 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, pool: BlockPool, block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
-                 max_model_len: int):
+                 max_model_len: int, enable_prefix_caching: bool = False):
         if not isinstance(pool, BlockPool):
             raise ValueError(f"pool is {pool!r}: expected a BlockPool")
         block_size = check_int("block_size", block_size, min=1)
         max_num_batched_tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, min=1)
         max_num_seqs = check_int("max_num_seqs", max_num_seqs, min=1)
         max_model_len = check_int("max_model_len", max_model_len, min=1)
+        if not isinstance(enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching is {enable_prefix_caching!r}: expected True or False")
         self.pool, self.block_size = pool, block_size
+        self.kv = KVCacheManager(pool, block_size, enable_caching=enable_prefix_caching)
+        self.stats = PrefixCacheStats()  # totals over every step
         self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len = max_num_batched_tokens, max_num_seqs, max_model_len
         self.waiting: deque[Sequence] = deque()  # oldest first
         self.running: list[Sequence] = []  # oldest first; the newest is preempted first
@@ -134,18 +144,23 @@ class Scheduler:
                 budget -= n
                 i += 1
         # Admit waiting requests only if nobody was just preempted: they would take the blocks back.
+        cache = PrefixCacheStats()
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            n = min(seq.num_tokens - seq.num_computed, budget)
-            if not self._reserve(seq, seq.num_computed + n):
+            hit_blocks, num_hit = self.kv.get_computed_blocks(seq)  # chapter 7's prefix cache; ([], 0) when off
+            n = min(seq.num_tokens - num_hit, budget)
+            if not self.kv.allocate_slots(seq, num_hit + n, hit_blocks):
                 break  # first come, first served: nobody overtakes the head of the queue
             self.waiting.popleft()
-            seq.status = "running"
+            seq.status, seq.num_computed = "running", num_hit  # the first chunk starts after the cached prefix
+            cache.admit(seq, num_hit)
             self.running.append(seq)
             chunks.append(self._chunk(seq, n))
             budget -= n
         self.num_steps += 1
-        return StepPlan(self.num_steps, chunks, preempted)
+        cache.num_computed_tokens = sum(c.num_new for c in chunks)
+        self.stats.add(cache)
+        return StepPlan(self.num_steps, chunks, preempted, cache)
 
     def update(self, plan: StepPlan, sampled: dict[str, int]) -> list[Sequence]:
         """Record a finished step: advance each chunk, append sampled tokens, retire finished requests.
@@ -170,6 +185,7 @@ class Scheduler:
         for chunk in chunks:
             seq = by_id[chunk.request_id]
             seq.num_computed += chunk.num_new
+            self.kv.cache_full_blocks(seq)  # blocks now full of computed tokens become findable
             if not chunk.need_logits:
                 continue  # a prompt chunk short of the end: nothing to sample yet
             token = as_int(sampled[chunk.request_id])
@@ -185,7 +201,10 @@ class Scheduler:
         return finished
 
     def abort(self, request_id: str) -> Sequence | None:
-        """Finish a waiting or running request now (reason "abort"), freeing its blocks; None if it is not here."""
+        """Finish a waiting or running request now (reason "abort"), freeing its blocks; None if it is not here.
+
+        With prefix caching, its full computed blocks stay cached (findable) after it is gone.
+        """
         for queue in (self.waiting, self.running):
             for seq in queue:
                 if seq.request_id == request_id:
@@ -195,8 +214,7 @@ class Scheduler:
         return None
 
     def _retire(self, seq: Sequence) -> None:
-        self.pool.free(seq.block_table)
-        seq.block_table = []
+        self.kv.free(seq)
         (self.running if seq.status == "running" else self.waiting).remove(seq)
         seq.status = "finished"
 
@@ -212,17 +230,13 @@ class Scheduler:
 
     def _reserve(self, seq: Sequence, num_tokens: int) -> bool:
         """Grow seq's block table to hold num_tokens tokens; False (and no change) if the pool is short."""
-        need = num_blocks_for(num_tokens, self.block_size) - len(seq.block_table)
-        if need > self.pool.num_free:
-            return False
-        if need > 0:
-            seq.block_table.extend(self.pool.allocate(need))
-        return True
+        return self.kv.allocate_slots(seq, num_tokens)
 
     def _preempt(self, seq: Sequence) -> None:
-        """Free seq's blocks and queue it first in line; it recomputes prompt + output when readmitted."""
-        self.pool.free(seq.block_table)
-        seq.block_table, seq.num_computed = [], 0
+        """Free seq's blocks and queue it first in line; it recomputes prompt + output when readmitted
+        (with prefix caching, only what was evicted from its blocks in the meantime)."""
+        self.kv.free(seq)
+        seq.num_computed = 0
         seq.status = "waiting"
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
