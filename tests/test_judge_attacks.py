@@ -204,6 +204,9 @@ def tree() -> dict[str, str]:
     return out
 
 
+SLOW_MACHINE = ["--timeout", "60"]  # per test: a loaded machine must not turn a verdict into a time-out
+
+
 def run_judge(args, env, timeout=300) -> tuple[int, int, str]:
     """(pid, exit code, stdout + stderr) of one judge run."""
     proc = subprocess.Popen([sys.executable, str(JUDGE), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -223,7 +226,7 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-def wait_until(condition, seconds=15.0) -> bool:
+def wait_until(condition, seconds=60.0) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if condition():
@@ -243,7 +246,7 @@ def test_an_attack_gets_a_failing_verdict_and_changes_nothing(tmp_path, attack, 
     file = tmp_path / f"{attack}.py"
     file.write_text(source)
     backups_before = set(Path(tempfile.gettempdir()).glob("minillm-judge-replaced-*"))
-    pid, code, out = run_judge(["test", slug, str(file)], env)
+    pid, code, out = run_judge(["test", slug, str(file), *SLOW_MACHINE], env)
     backups = set(Path(tempfile.gettempdir()).glob("minillm-judge-replaced-*")) - backups_before
     for backup in backups:  # the versions the attack wrote, kept in case they were someone's edits
         assert any(p.is_file() for p in backup.rglob("*")), backup
@@ -264,7 +267,7 @@ def test_an_attack_gets_a_failing_verdict_and_changes_nothing(tmp_path, attack, 
     assert wait_until(lambda: not [p for p in stray if p.exists()]), f"temp folders left behind: {stray}"
     assert tree() == before, "the attack changed the judge's files"
     other = "kv-bytes-per-token"  # an exercise the attack never touched: its starter must still fail
-    _, code, out = run_judge(["check", slug, other], dict(env, MINILLM_ATTACK_MARK=""))
+    _, code, out = run_judge(["check", slug, other, *SLOW_MACHINE], dict(env, MINILLM_ATTACK_MARK=""))
     assert code == 0, out
     assert "All 2 exercises are consistent" in out and "Tree verified" in out
     assert tree() == before
