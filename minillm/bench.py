@@ -14,6 +14,13 @@ Throughput is output tokens over wall time, prefill included. The seeds' targets
 (their baseline is a decode rate), so the default workload is generation-heavy: prompts of 8-32
 tokens, 32 new tokens each. Each contender runs once to warm up, then `--repeats` timed rounds (the
 order of contenders alternates between rounds, so drift hits them alike); medians are reported.
+All of them compute every projection through `model.linear`, so the ratios compare batching, not kernels.
+
+The same run then measures (bench_floor.py) the machine's streaming read bandwidth, the bs-1 decode
+floor it implies (weight bytes / bandwidth) and the engine's bs-1 decode step against it, and one
+decode step's time against its rows; then (bench_mixed.py) a mixed workload, prompt lengths and
+max_tokens drawn per request, with the engine against transformers' static batches. Where an aim is
+missed, a torch.profiler table of a decode step shows where the milliseconds go.
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ from pathlib import Path
 
 import torch
 
+from minillm import bench_floor, bench_mixed
+from minillm.bench_report import print_floor, print_mixed, print_table
 from minillm.checkpoints import cache_dir, ensure_checkpoint
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
-from minillm.paged import num_blocks_for
+from minillm.paged import DEFAULT_BLOCK_SIZE, num_blocks_for
 from minillm.sampling import SamplingParams
 
 # The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU, tied
@@ -58,9 +67,11 @@ BENCH_CONFIG = dict(
 BENCH_SEED = 2027
 BENCH_NAME = "qwen3-bench-v1"  # bump the suffix whenever BENCH_CONFIG changes
 
-BLOCK_SIZE = 16  # the engine's default
+BLOCK_SIZE = DEFAULT_BLOCK_SIZE
 TARGETS = {2: 1.8, 4: 3.0, 8: 4.0}  # the seeds' throughput targets over one-at-a-time
 LATENCY_TARGET = 1.05  # engine at concurrency 1 vs one-at-a-time, per request
+FLOOR_AIM_PERCENT = 60  # the engine's bs-1 decode at >= 60% of the memory floor's speed
+MIXED_AIM = 3.0  # the engine over transformers' static batches on the mixed workload
 
 
 def bench_model_path() -> Path:
@@ -84,8 +95,9 @@ def run_one_at_a_time(model, prompts, max_tokens) -> tuple[float, list[float]]:
     return sum(latencies), latencies
 
 
-def run_engine_serial(engine: LLMEngine, prompts, max_tokens) -> tuple[float, list[float]]:
-    """(b) at concurrency 1: each request through the engine alone, timed from submission to last token."""
+def run_engine_serial(engine: LLMEngine, prompts, max_tokens, itl: list | None = None) -> tuple[float, list[float]]:
+    """(b) at concurrency 1: each request through the engine alone, timed from submission to last token.
+    Each request's inter-token gaps (one decode step each) are added to `itl` if given."""
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     latencies = []
     for p in prompts:
@@ -93,15 +105,19 @@ def run_engine_serial(engine: LLMEngine, prompts, max_tokens) -> tuple[float, li
         out = engine.generate([p], params, progress=False)[0]
         latencies.append(time.perf_counter() - t)
         assert len(out.token_ids) == max_tokens
+        if itl is not None:
+            itl += out.itl
     return sum(latencies), latencies
 
 
-def run_engine(engine: LLMEngine, prompts, max_tokens) -> float:
+def run_engine(engine: LLMEngine, prompts, max_tokens, itl: list | None = None) -> float:
     """(b): every request queued at once; the engine keeps up to max_num_seqs of them running."""
     t = time.perf_counter()
     outs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
     seconds = time.perf_counter() - t
     assert all(len(o.token_ids) == max_tokens for o in outs)
+    if itl is not None:
+        itl += [gap for o in outs for gap in o.itl]
     return seconds
 
 
@@ -139,8 +155,10 @@ def load_average() -> float | None:
 
 
 # Options --quick changes, with their full-run and quick values; --quick sets only those not given.
-FULL_RUN = dict(concurrency=[1, 2, 4, 8, 16], requests=16, prompt_lens=[8, 32], max_tokens=32, repeats=3)
-QUICK_RUN = dict(concurrency=[1, 2, 4], requests=4, prompt_lens=[4, 12], max_tokens=4, repeats=1)
+FULL_RUN = dict(concurrency=[1, 2, 4, 8, 16], requests=16, prompt_lens=[8, 32], max_tokens=32, repeats=3,
+                mixed_requests=16, mixed_prompt_lens=[8, 256], mixed_max_tokens=[8, 128])
+QUICK_RUN = dict(concurrency=[1, 2, 4], requests=4, prompt_lens=[4, 12], max_tokens=4, repeats=1,
+                 mixed_requests=8, mixed_prompt_lens=[4, 32], mixed_max_tokens=[2, 16])
 
 
 def parse_args(argv):
@@ -160,10 +178,18 @@ def parse_args(argv):
     p.add_argument("--max-tokens", type=int_arg(min=1), help="new tokens per request " + default("max_tokens"))
     p.add_argument("--repeats", type=int_arg(min=1), help="timed rounds per contender; the median is reported " + default("repeats"))
     p.add_argument("--budget", type=int_arg(min=1), default=512, help="the engine's max_num_batched_tokens")
+    p.add_argument("--mixed-requests", type=int_arg(min=1), help="requests of the mixed workload " + default("mixed_requests"))
+    p.add_argument("--mixed-prompt-lens", type=int_list_arg(min=1, length=2, ascending=True),
+                   help="min,max prompt length of the mixed workload " + default("mixed_prompt_lens"))
+    p.add_argument("--mixed-max-tokens", type=int_list_arg(min=1, length=2, ascending=True),
+                   help="min,max of max_tokens in the mixed workload " + default("mixed_max_tokens"))
+    p.add_argument("--mixed-concurrency", type=int_arg(min=1), default=8,
+                   help="the engine's max_num_seqs and transformers' batch size on the mixed workload")
     p.add_argument("--threads", type=int_arg(min=1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
     p.add_argument("--seed", type=int_arg(min=0), default=0)
     p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON to this path (checked first)")
+    p.add_argument("--note", default=None, help="a line saved with the results (e.g. how busy the machine was)")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
     p.add_argument("--workload", default="concurrency", choices=["concurrency", "shared-prefix"],
                    help="concurrency (this table) or shared-prefix (prefix caching off vs on; see bench_prefix.py)")
@@ -220,18 +246,20 @@ def main(argv=None) -> int:
     contenders = [("one at a time", 1)] + [("engine", c) for c in levels] + \
                  ([("transformers", c) for c in levels] if hf is not None else [])
 
-    def run(name, c, work):
+    itls = {c: [] for c in levels}  # the engine's gaps between tokens: one decode step each, overhead included
+
+    def run(name, c, work, timed=True):
         if name == "one at a time":
             return run_one_at_a_time(model, work, args.max_tokens)
         if name == "engine" and c == 1:
-            return run_engine_serial(engines[1], work, args.max_tokens)
+            return run_engine_serial(engines[1], work, args.max_tokens, itls[1] if timed else None)
         if name == "engine":
-            return run_engine(engines[c], work, args.max_tokens), None
+            return run_engine(engines[c], work, args.max_tokens, itls[c] if timed else None), None
         return run_hf(hf, work, args.max_tokens, c), None
 
     warm = prompts[: max(levels)]
     for name, c in contenders:  # warm-up: first calls allocate, and pick kernels
-        run(name, c, [p[:8] for p in warm][:c] if c > 1 else warm[:1])
+        run(name, c, [p[:8] for p in warm][:c] if c > 1 else warm[:1], timed=False)
     seconds = {k: [] for k in contenders}
     latencies = {k: [] for k in contenders}
     for r in range(args.repeats):
@@ -255,35 +283,37 @@ def main(argv=None) -> int:
             row.update(hf_tokens_per_s=tps[("transformers", c)], hf_vs_one_at_a_time=tps[("transformers", c)] / base,
                        engine_vs_hf=tps[("engine", c)] / tps[("transformers", c)])
         rows.append(row)
-    print_table(base, rows, latency_ratio)
-    ok = latency_ratio <= LATENCY_TARGET and all(r["engine_vs_one_at_a_time"] >= r["target"] for r in rows if r["target"])
-    print("all targets met" if ok else "some targets missed (see the table); timings on a busy machine are noisy")
+    print_table(base, rows, latency_ratio, LATENCY_TARGET)
+    ratios_ok = latency_ratio <= LATENCY_TARGET and all(r["engine_vs_one_at_a_time"] >= r["target"] for r in rows if r["target"])
+
+    context = hi + args.max_tokens // 2  # a typical decode's context in this workload
+    floor, steps = bench_floor.measure_floor(model, levels, itls, context, BLOCK_SIZE, FLOOR_AIM_PERCENT)
+    print_floor(floor, steps)
+    mixed = bench_mixed.measure_mixed(model, hf, args.mixed_requests, args.mixed_prompt_lens, args.mixed_max_tokens,
+                                      args.mixed_concurrency, args.budget, BLOCK_SIZE, args.repeats, args.seed + 1,
+                                      MIXED_AIM)
+    print_mixed(mixed)
+    profiles = {}
+    if floor["percent_of_floor"] < FLOOR_AIM_PERCENT:
+        profiles["1"] = bench_floor.profile_decode_step(model, 1, context, BLOCK_SIZE)
+    missed = [r["concurrency"] for r in rows if r["target"] and r["engine_vs_one_at_a_time"] < r["target"]]
+    if missed:
+        profiles[str(missed[0])] = bench_floor.profile_decode_step(model, missed[0], context, BLOCK_SIZE)
+    for rows_, table in profiles.items():
+        print(f"where the milliseconds of one decode step of {rows_} row(s) go (torch.profiler, by own CPU time):")
+        print(table)
+    ok = ratios_ok and not profiles and ("engine_vs_hf" not in mixed or mixed["engine_vs_hf"] >= MIXED_AIM)
+    print("all targets and aims met" if ok else
+          "some targets or aims missed (see above); timings on a busy machine are noisy")
     if args.save:
-        result = dict(machine=dict(machine(), load_average_before=load_before, load_average_after=load_average()), model=dict(cfg.__dict__, path=path.name), workload=dict(
+        result = dict(machine=dict(machine(), load_average_before=load_before, load_average_after=load_average()),
+                      note=args.note, model=dict(cfg.__dict__, path=path.name), workload=dict(
             requests=len(prompts), prompt_lens=[lo, hi], max_tokens=args.max_tokens, repeats=args.repeats,
             budget=args.budget, seed=args.seed), one_at_a_time_tokens_per_s=base,
             single_request_latency_ratio=latency_ratio, latency_target=LATENCY_TARGET, rows=rows,
+            floor=floor, step_times=steps, mixed=mixed, profiles=profiles,
             seconds={f"{n} @{c}": v for (n, c), v in seconds.items()})
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
         print(f"saved {args.save}")
     return 0
-
-
-def print_table(base: float, rows: list[dict], latency_ratio: float) -> None:
-    hf = "hf_tokens_per_s" in rows[0]
-    head = f"{'concurrency':>11} | {'engine tok/s':>12} | {'vs (a)':>7} | {'target':>7}"
-    if hf:
-        head += f" | {'HF generate tok/s':>17} | {'vs (a)':>7} | {'engine/HF':>9}"
-    print(f"\n(a) one request at a time (kv_cache.generate): {base:.1f} output tokens/s")
-    print(head + "\n" + "-" * len(head))
-    for r in rows:
-        t = f">= {r['target']:.1f}x" if r["target"] else ""
-        mark = ("  " if not r["target"] else (" ok" if r["engine_vs_one_at_a_time"] >= r["target"] else " MISS"))
-        line = f"{r['concurrency']:>11} | {r['engine_tokens_per_s']:>12.1f} | {r['engine_vs_one_at_a_time']:>6.2f}x | {t:>7}"
-        if hf:
-            line += f" | {r['hf_tokens_per_s']:>17.1f} | {r['hf_vs_one_at_a_time']:>6.2f}x | {r['engine_vs_hf']:>8.2f}x"
-        print(line + (mark if r["target"] else ""))
-    verdict = "ok" if latency_ratio <= LATENCY_TARGET else "MISS"
-    print(f"single-request latency, engine at concurrency 1 / (a): {latency_ratio:.3f}x "
-          f"(median over requests; target <= {LATENCY_TARGET}x) {verdict}\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from minillm.model import Transformer
-from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
+from minillm.paged import DEFAULT_BLOCK_SIZE, BlockPool, PagedKVCache, num_blocks_for
 from minillm.runner import ModelRunner, build_batch
 
 CHECK_PROMPTS = (
@@ -22,7 +22,7 @@ CHECK_PROMPTS = (
     "Write a short poem about the sea, then explain each image in it and translate the poem into French.",
 )
 FIRST_CHUNK = 10  # tokens of the third prompt computed in step 1
-BLOCK_SIZE = 16
+BLOCK_SIZE = DEFAULT_BLOCK_SIZE
 
 # Unit roundoff u: a value rounded to the dtype is off by at most u times itself.
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}

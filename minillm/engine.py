@@ -23,7 +23,7 @@ from minillm.checking import as_int, check_int, check_int_list
 from minillm.detokenizer import IncrementalDetokenizer
 from minillm.model import Transformer
 from minillm.outputs import Output, TokenEvent, Timing
-from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
+from minillm.paged import DEFAULT_BLOCK_SIZE, BlockPool, PagedKVCache, num_blocks_for
 from minillm.prefix_cache import PrefixCacheStats
 from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
 from minillm.runner import ModelRunner, build_batch
@@ -32,7 +32,7 @@ from minillm.scheduler import Scheduler, Sequence, StepPlan
 
 
 class LLMEngine:
-    def __init__(self, model: Transformer | str | Path | None = None, *, tokenizer=None, block_size: int = 16,
+    def __init__(self, model: Transformer | str | Path | None = None, *, tokenizer=None, block_size: int = DEFAULT_BLOCK_SIZE,
                  num_blocks: int | None = None, max_num_batched_tokens: int = 512, max_num_seqs: int = 16,
                  max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30,
                  eos_token_id: int | list[int] | None = None, device=None, dtype: torch.dtype = torch.float32,

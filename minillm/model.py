@@ -161,24 +161,25 @@ class DenseAttention:
         return causal_attention(q, k, v, scale)  # [B, T, H, hd]
 
 
-SKINNY_ROWS = 8  # up to this many rows, `linear` uses weight @ x.T on CPU (see benchmarks/linear_forms.py)
+SKINNY_ROWS = 8  # from 2 up to this many rows, `linear` uses weight @ x.T on CPU (benchmarks/linear_forms.py)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x [..., in] @ weight.T -> [..., out]: the one place that picks how a projection is computed.
 
-    On GPUs, and for many rows, `F.linear` is the fast call. On CPU in float32, MKL's product is slow
-    for a handful of rows: one row runs as a single-threaded matrix-vector product, and 2 to 8 rows
-    repack the weight on every call. `weight @ x.T` streams the weight once on all cores instead, and a
-    lone row is sent as two (the same row twice), which is twice as fast as the 1-row call here.
-    Same products up to float rounding; `benchmarks/linear_forms.py` measures every form.
+    Every path runs through here (chapter 2's `generate`, the slots, the runner, the engine), so a
+    benchmark that compares them compares batching, not two matrix kernels. On GPUs, for one row and
+    for many rows, `F.linear` is the fast call. On CPU in float32, MKL's `F.linear` of 2 to 8 rows
+    repacks the weight on every call, and `weight @ x.T` (the weight as the left, long operand) is
+    faster; one row is a matrix-vector product, which `F.linear` already does at the full speed a
+    single core can read memory (measured: as fast as `torch.mv`, and sending the row as two is
+    several times slower). Same products up to float rounding; `benchmarks/linear_forms.py` times
+    every form on your machine.
     """
     rows = x.numel() // x.shape[-1]
-    if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= SKINNY_ROWS:
+    if x.device.type == "cpu" and x.dtype == torch.float32 and 2 <= rows <= SKINNY_ROWS:
         x2 = x.reshape(rows, x.shape[-1])  # [rows, in]
-        if rows == 1:
-            x2 = x2.expand(2, -1)  # [2, in]: the same row twice
-        return (weight @ x2.T).T[:rows].reshape(*x.shape[:-1], weight.shape[0])
+        return (weight @ x2.T).T.reshape(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight)
 
 

@@ -25,6 +25,9 @@ class OutOfBlocksError(RuntimeError):
     """The pool cannot satisfy an allocation; nothing was allocated."""
 
 
+DEFAULT_BLOCK_SIZE = 16  # tokens per block unless a caller picks another (vLLM's default on GPUs too)
+
+
 def num_blocks_for(num_tokens: int, block_size: int) -> int:
     """Blocks a request of num_tokens tokens needs: the last block may be partly empty."""
     return -(-num_tokens // block_size)

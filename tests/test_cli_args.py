@@ -35,6 +35,10 @@ def no_work(monkeypatch):
     ("bench --save {tmp}", "argument --save: got '{tmp}', which is a folder: expected a file path such as {tmp}/bench.json"),
     ("bench --save {tmp}/afile/out.json", "argument --save: got '{tmp}/afile/out.json', expected a path this user can write"),
     ("bench --quick --requests 0", "argument --requests: got '0', expected an int >= 1"),
+    ("bench --mixed-requests 0", "argument --mixed-requests: got '0', expected an int >= 1"),
+    ("bench --mixed-prompt-lens 256,8", "argument --mixed-prompt-lens: got '256,8', expected min,max with min <= max"),
+    ("bench --mixed-max-tokens 0,8", "argument --mixed-max-tokens: got '0,8', expected 2 comma-separated ints >= 1"),
+    ("bench --mixed-concurrency 0", "argument --mixed-concurrency: got '0', expected an int >= 1"),
     ("demo --max-new-tokens 0", "argument --max-new-tokens: got '0', expected an int >= 1"),
     ("demo --max-new-tokens ten", "argument --max-new-tokens: got 'ten', expected an int >= 1"),
     ("check --dtype float64", "argument --dtype: got 'float64', expected float32, bfloat16 or float16"),
@@ -50,7 +54,8 @@ def test_bad_option_is_rejected_before_any_work(tmp_path, capsys, no_work, argv,
 
 
 @pytest.mark.parametrize("argv, expected", [
-    ([], dict(concurrency=[1, 2, 4, 8, 16], requests=16, prompt_lens=[8, 32], max_tokens=32, repeats=3)),
+    ([], dict(concurrency=[1, 2, 4, 8, 16], requests=16, prompt_lens=[8, 32], max_tokens=32, repeats=3,
+              mixed_requests=16, mixed_prompt_lens=[8, 256], mixed_max_tokens=[8, 128], mixed_concurrency=8)),
     (["--quick"], dict(concurrency=[1, 2, 4], requests=4, prompt_lens=[4, 12], max_tokens=4, repeats=1)),
     (["--quick", "--requests", "7", "--max-tokens", "9"],
      dict(concurrency=[1, 2, 4], requests=7, prompt_lens=[4, 12], max_tokens=9, repeats=1)),
