@@ -260,6 +260,7 @@ def main(argv=None) -> int:
     warm = prompts[: max(levels)]
     for name, c in contenders:  # warm-up: first calls allocate, and pick kernels
         run(name, c, [p[:8] for p in warm][:c] if c > 1 else warm[:1], timed=False)
+    forwards = {c: bench_floor.record_forwards(engines[c]) for c in levels}  # the timed runs' forwards
     seconds = {k: [] for k in contenders}
     latencies = {k: [] for k in contenders}
     for r in range(args.repeats):
@@ -287,7 +288,7 @@ def main(argv=None) -> int:
     ratios_ok = latency_ratio <= LATENCY_TARGET and all(r["engine_vs_one_at_a_time"] >= r["target"] for r in rows if r["target"])
 
     context = hi + args.max_tokens // 2  # a typical decode's context in this workload
-    floor, steps = bench_floor.measure_floor(model, levels, itls, context, BLOCK_SIZE, FLOOR_AIM_PERCENT)
+    floor, steps = bench_floor.measure_floor(model, levels, itls, forwards, context, BLOCK_SIZE, FLOOR_AIM_PERCENT)
     print_floor(floor, steps)
     mixed = bench_mixed.measure_mixed(model, hf, args.mixed_requests, args.mixed_prompt_lens, args.mixed_max_tokens,
                                       args.mixed_concurrency, args.budget, BLOCK_SIZE, args.repeats, args.seed + 1,

@@ -80,13 +80,31 @@ def profile_decode_step(model: Transformer, rows: int, context: int, block_size:
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit)
 
 
-def measure_floor(model: Transformer, levels, itls: dict, context: int, block_size: int,
-                  aim_percent: float) -> tuple[dict, list[dict]]:
-    """Bandwidth, the bs-1 floor, and each decode step's forward next to the engine's whole step.
+def record_forwards(engine) -> list[tuple[int, int, float]]:
+    """From now on, every `engine.runner.forward` appends (tokens, requests, seconds) to the returned list.
 
-    itls: for each concurrency, the engine's gaps between tokens in the timed runs (one step each, with
-    the scheduling, batch building and sampling around the forward), so their median minus the
-    forward's time is what remains per-step overhead.
+    Timing the engine's own forwards, in the same run as its steps, pairs each step with its forward:
+    a separate measurement minutes later would differ by whatever else the machine did meanwhile."""
+    log, inner = [], engine.runner.forward
+
+    def forward(batch):
+        t = time.perf_counter()
+        out = inner(batch)
+        log.append((batch.num_tokens, batch.num_reqs, time.perf_counter() - t))
+        return out
+
+    engine.runner.forward = forward
+    return log
+
+
+def measure_floor(model: Transformer, levels, itls: dict, forwards: dict, context: int, block_size: int,
+                  aim_percent: float) -> tuple[dict, list[dict]]:
+    """Bandwidth, the bs-1 floor, one decode forward against its rows, and the engine's per-step overhead.
+
+    itls: for each concurrency, the engine's gaps between tokens in the timed runs (one step each: the
+    scheduling, batch building and sampling around the forward). forwards: for each concurrency, the
+    (tokens, requests, seconds) of the engine's forwards in those runs. The median gap minus the median
+    forward of a pure-decode step of c rows is what remains per-step overhead.
     """
     bandwidth = stream_bandwidth()
     weight_bytes = decode_weight_bytes(model)
@@ -96,8 +114,10 @@ def measure_floor(model: Transformer, levels, itls: dict, context: int, block_si
         s["weights_gb_per_s"] = weight_bytes / (s["ms"] * 1e-3) / 1e9
         s["ceiling"] = s["rows"] * t1 / s["ms"]  # what c requests per step can gain, at these step times
         gaps = itls.get(s["rows"])
+        decodes = [sec for n, b, sec in forwards.get(s["rows"], []) if n == b == s["rows"]]
         s["engine_step_ms"] = statistics.median(gaps) * 1e3 if gaps else None
-        s["overhead_ms"] = s["engine_step_ms"] - s["ms"] if gaps else None
+        s["engine_forward_ms"] = statistics.median(decodes) * 1e3 if decodes else None
+        s["overhead_ms"] = s["engine_step_ms"] - s["engine_forward_ms"] if gaps and decodes else None
     floor_ms = weight_bytes / bandwidth * 1e3
     engine_ms = steps[0]["engine_step_ms"] or steps[0]["ms"]
     floor = dict(bandwidth_gb_per_s=bandwidth / 1e9, threads=torch.get_num_threads(), weight_bytes=weight_bytes,

@@ -32,16 +32,20 @@ def print_floor(floor: dict, steps: list[dict]) -> None:
           f"the engine's bs-1 decode step: {floor['engine_decode_ms']:.1f} ms = {floor['percent_of_floor']:.0f}% "
           f"of the floor's speed (aim >= {floor['aim_percent']}%) {verdict}")
     print("\none decode step against its rows (weights are read once per step, whatever the rows):")
-    head = (f"{'rows':>4} | {'forward ms':>10} | {'weights GB/s':>12} | {'engine step ms':>14} | "
-            f"{'overhead ms':>11} | {'c x t(1)/t(c)':>13}")
+    head = (f"{'rows':>4} | {'forward ms':>10} | {'weights GB/s':>12} | {'c x t(1)/t(c)':>13} || "
+            f"{'engine step ms':>14} | {'its forward ms':>14} | {'overhead ms':>11}")
     print(head + "\n" + "-" * len(head))
+
+    def cell(value, width):
+        return f"{value:>{width}.1f}" if value is not None else " " * width
+
     for s in steps:
-        engine = f"{s['engine_step_ms']:>14.1f}" if s.get("engine_step_ms") is not None else f"{'':>14}"
-        over = f"{s['overhead_ms']:>11.1f}" if s.get("overhead_ms") is not None else f"{'':>11}"
-        print(f"{s['rows']:>4} | {s['ms']:>10.1f} | {s['weights_gb_per_s']:>12.1f} | {engine} | {over} | "
-              f"{s['ceiling']:>12.2f}x")
-    print("(c x t(1)/t(c): the most batching c requests can gain over one at a time with these step times; "
-          "c itself if a step of c rows cost what a step of 1 does)\n")
+        print(f"{s['rows']:>4} | {s['ms']:>10.1f} | {s['weights_gb_per_s']:>12.1f} | {s['ceiling']:>12.2f}x || "
+              f"{cell(s.get('engine_step_ms'), 14)} | {cell(s.get('engine_forward_ms'), 14)} | "
+              f"{cell(s.get('overhead_ms'), 11)}")
+    print("c x t(1)/t(c): the most batching c requests can gain over one at a time at these step times (c if a step\n"
+          "of c rows cost what a step of 1 does). Right: the engine's median step (gap between tokens) at\n"
+          "concurrency c, the median of its own pure-decode forwards in the same runs, and the difference.\n")
 
 
 def print_mixed(mixed: dict) -> None:
