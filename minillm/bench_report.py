@@ -28,9 +28,10 @@ def print_floor(floor: dict, steps: list[dict]) -> None:
     print(f"streaming read bandwidth: {floor['bandwidth_gb_per_s']:.1f} GB/s ({floor['threads']} torch threads); "
           f"a decode step reads {floor['weight_bytes'] / 1e6:.0f} MB of weights")
     verdict = "ok" if floor["percent_of_floor"] >= floor["aim_percent"] else "MISS"
-    print(f"bs-1 decode floor: {floor['floor_ms']:.1f} ms per token (weight bytes / bandwidth); "
-          f"the engine's bs-1 decode step: {floor['engine_decode_ms']:.1f} ms = {floor['percent_of_floor']:.0f}% "
-          f"of the floor's speed (aim >= {floor['aim_percent']}%) {verdict}")
+    print(f"bs-1 decode floor: {floor['floor_ms']:.1f} ms per token (weight bytes / bandwidth); the engine's bs-1 "
+          f"decode step: {floor['engine_decode_ms']:.1f} ms (forward {floor['forward_ms']:.1f} + overhead "
+          f"{floor['overhead_ms']:.1f}) = {floor['percent_of_floor']:.0f}% of the floor's speed (aim >= "
+          f"{floor['aim_percent']}%; median of {floor['rounds']} rounds, bandwidth and step measured in turn) {verdict}")
     print("\none decode step against its rows (weights are read once per step, whatever the rows):")
     head = (f"{'rows':>4} | {'forward ms':>10} | {'weights GB/s':>12} | {'c x t(1)/t(c)':>13} || "
             f"{'engine step ms':>14} | {'its forward ms':>14} | {'overhead ms':>11}")

@@ -82,7 +82,9 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
     assert result["note"] == "a test run"
     floor = result["floor"]
     assert floor["bandwidth_gb_per_s"] > 0 and floor["weight_bytes"] > 0
-    assert floor["percent_of_floor"] == pytest.approx(100 * floor["floor_ms"] / floor["engine_decode_ms"])
+    assert floor["engine_decode_ms"] == pytest.approx(floor["forward_ms"] + floor["overhead_ms"])
+    assert 0 < floor["percent_of_floor"] and floor["floor_ms"] == pytest.approx(
+        floor["weight_bytes"] / (floor["bandwidth_gb_per_s"] * 1e9) * 1e3)
     assert [s["rows"] for s in result["step_times"]] == [1, 2] and all(s["ms"] > 0 for s in result["step_times"])
     assert result["mixed"]["workload"]["requests"] == 3 and result["mixed"]["engine_tokens_per_s"] > 0
     assert "hf_tokens_per_s" not in result["mixed"]  # --no-hf: the engine alone
