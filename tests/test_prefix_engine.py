@@ -194,7 +194,9 @@ def test_logits_after_a_cached_prefix_equal_a_full_forward(model):
     logits = engine.runner.forward(build_batch([(b[hit:], hit, seq.block_table, True)], 8))[0]
     with torch.no_grad():
         full = model(torch.tensor([b]))[0, -1]
-    assert (logits - full).abs().max().item() < 1e-5
+    # the book's fp32 parity bound (tests/test_runner.py's TOL): the suffix and the full forward add
+    # the same products in other orders (1 row of the output layer against 33), float rounding only
+    assert (logits - full).abs().max().item() < 1e-4
 
 
 def test_only_requests_with_the_same_cache_salt_share_blocks(model):
