@@ -171,10 +171,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     benchmark that compares them compares batching, not two matrix kernels. On GPUs, for one row and
     for many rows, `F.linear` is the fast call. On CPU in float32, MKL's `F.linear` of 2 to 8 rows
     repacks the weight on every call, and `weight @ x.T` (the weight as the left, long operand) is
-    faster; one row is a matrix-vector product, which `F.linear` already does at the full speed a
-    single core can read memory (measured: as fast as `torch.mv`, and sending the row as two is
-    several times slower). Same products up to float rounding; `benchmarks/linear_forms.py` times
-    every form on your machine.
+    faster; one row is a matrix-vector product, which `F.linear` already does close to the speed one
+    core reads memory (measured here: as fast as `torch.mv` and `x @ weight.T`, while sending the row
+    as two, the same row twice, is several times slower). Same products up to float rounding;
+    `benchmarks/linear_forms.py` times every form on your machine.
     """
     rows = x.numel() // x.shape[-1]
     if x.device.type == "cpu" and x.dtype == torch.float32 and 2 <= rows <= SKINNY_ROWS:
