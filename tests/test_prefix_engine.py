@@ -194,7 +194,9 @@ def test_logits_after_a_cached_prefix_equal_a_full_forward(model):
     logits = engine.runner.forward(build_batch([(b[hit:], hit, seq.block_table, True)], 8))[0]
     with torch.no_grad():
         full = model(torch.tensor([b]))[0, -1]
-    assert (logits - full).abs().max().item() < 1e-5
+    # fp32 logits of size ~7 from two summation orders: the book's fp32 tolerance (tests/test_runner.py), not
+    # 1e-5, which this machine's kernels exceed (1.5e-5); a wrong cached prefix is off by whole units
+    assert (logits - full).abs().max().item() < 1e-4
 
 
 def test_only_requests_with_the_same_cache_salt_share_blocks(model):
