@@ -141,7 +141,7 @@ def main(argv=None) -> int:
             hit_rate=first["hit_rate"], preemptions=first["preemptions"], tokens=first["tokens"])
     same = all(result[f"{k}, caching on"]["tokens"] == result[f"{k}, caching off"]["tokens"] for k in ("queued", "alone"))
     n_out = len(prompts) * args.max_tokens
-    print_table(result, n_out, same)
+    print_table(result, n_out, same, args.system_len)
     if args.save:
         for row in result.values():
             row.pop("tokens")
@@ -157,7 +157,13 @@ def main(argv=None) -> int:
     return 0 if same else 1  # different tokens are a bug; a missed target is a measurement, printed above
 
 
-def print_table(result: dict, n_out: int, same: bool) -> bool:
+def print_table(result: dict, n_out: int, same: bool, system_len: int = FULL_RUN["system_len"]) -> bool:
+    """Print the rows; True when the tokens agree and, where the target applies, the prefill drop meets it.
+
+    The >= 80% target is for the full run's workload (a 256-token system prompt). A shorter shared
+    prompt (--quick's 64 tokens) cannot reach it, so there the drop is printed without a verdict.
+    """
+    applies = system_len >= FULL_RUN["system_len"]
     head = (f"{'run':<22} | {'prompt tokens computed':>22} | {'hit rate':>8} | {'output tok/s':>12} | "
             f"{'TTFT mean':>10} | {'TTFT p50':>9} | {'TTFT p90':>9}")
     print("\n" + head + "\n" + "-" * len(head))
@@ -168,9 +174,12 @@ def print_table(result: dict, n_out: int, same: bool) -> bool:
     for kind in ("queued", "alone"):
         off, on = result[f"{kind}, caching off"], result[f"{kind}, caching on"]
         drop = 1 - on["prompt_tokens_computed"] / off["prompt_tokens_computed"]
-        ok &= drop >= PREFILL_DROP_TARGET
-        print(f"{kind}: caching on computes {drop:.1%} fewer prompt tokens (target >= {PREFILL_DROP_TARGET:.0%}) "
-              f"{'ok' if drop >= PREFILL_DROP_TARGET else 'MISS'}; mean TTFT {off['ttft_mean'] / on['ttft_mean']:.2f}x "
+        ok &= drop >= PREFILL_DROP_TARGET or not applies
+        verdict = (f"(target >= {PREFILL_DROP_TARGET:.0%}) {'ok' if drop >= PREFILL_DROP_TARGET else 'MISS'}" if applies
+                   else f"(the >= {PREFILL_DROP_TARGET:.0%} target is for a {FULL_RUN['system_len']}-token system "
+                        f"prompt; this one has {system_len})")
+        print(f"{kind}: caching on computes {drop:.1%} fewer prompt tokens {verdict}; "
+              f"mean TTFT {off['ttft_mean'] / on['ttft_mean']:.2f}x "
               f"lower, throughput {off['seconds'] / on['seconds']:.2f}x")
     print("greedy tokens identical with caching off and on" if same else "TOKENS DIFFER between caching off and on")
     return ok

@@ -198,8 +198,18 @@ def wait_for_line(root, expected: str, timeout: float = 30.0) -> None:
 
 
 def cut_labels(root) -> list[str]:
+    """The visible labels whose text does not fit (drawn as "request …").
+
+    scrollWidth alone misses them: chapter 5's old "request 10" was 70.09 px of text in a 70 px label,
+    drawn with an ellipsis while scrollWidth == clientWidth == 70. So the laid-out width of the text
+    (a Range over it, in layout units of 1/64 px) is compared with the room inside the label's padding.
+    """
     return root.locator(".widget-label:visible").evaluate_all(
-        "labels => labels.filter(l => l.scrollWidth > l.clientWidth + 1).map(l => l.textContent)")
+        "labels => labels.filter(l => { const s = getComputedStyle(l), r = document.createRange();"
+        " r.selectNodeContents(l);"
+        " const room = l.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);"
+        " return l.scrollWidth > l.clientWidth || r.getBoundingClientRect().width > room + 0.01; })"
+        ".map(l => l.textContent)")
 
 
 def test_chapter_5_opens_clean_runs_and_its_widget_redraws(browser, lab):

@@ -269,3 +269,23 @@ def test_shared_prefix_bench_checks_its_options_first(args, words, capsys):
     with pytest.raises(SystemExit):
         main(["--workload", "shared-prefix", "--quick", *args])
     assert words in capsys.readouterr().err
+
+
+def test_shared_prefix_bench_judges_the_target_only_on_the_workload_it_is_for(capsys):
+    """The >= 80% drop is promised for a 256-token system prompt; --quick's 64-token one cannot reach it and
+    must not print MISS, while the full workload still gets its verdict either way."""
+    from minillm.bench_prefix import print_table
+
+    def rows(on_computed):
+        row = dict(seconds=1.0, ttft_mean=1.0, ttft_p50=1.0, ttft_p90=1.0, hit_rate=0.0)
+        return {f"{k}, caching {s}": dict(row, prompt_tokens_computed=100 if s == "off" else on_computed)
+                for k in ("queued", "alone") for s in ("off", "on")}
+
+    assert print_table(rows(50), 8, True, system_len=64)  # a 50% drop on the quick workload is no failure
+    out = capsys.readouterr().out
+    assert "MISS" not in out and "target is for a 256-token system prompt; this one has 64" in out
+    assert not print_table(rows(50), 8, True, system_len=256)
+    assert "(target >= 80%) MISS" in capsys.readouterr().out
+    assert print_table(rows(10), 8, True, system_len=256)
+    assert "(target >= 80%) ok" in capsys.readouterr().out
+    assert not print_table(rows(10), 8, False, system_len=64)  # different tokens fail on any workload
