@@ -3,6 +3,7 @@
     python -m minillm bench --speculative ngram          # n-gram prompt lookup, k = 4
     python -m minillm bench --speculative draft          # a draft of the bench model's first 2 of 6 layers
     python -m minillm bench --speculative ngram --quick  # a smoke run on the tiny default model
+    python -m minillm bench --speculative ngram --save benchmarks/results/spec_ngram_cpu.json
 
 Every request is greedy (EOS ignored) and asks for `--max-tokens` new tokens; prompts repeat a short
 motif a few times and then add random tokens, as edits of code or documents repeat their context,
@@ -17,6 +18,7 @@ speculation must be identical: the run fails otherwise.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from minillm.bench import BLOCK_SIZE, bench_model_path, load_average
+from minillm.bench import BLOCK_SIZE, bench_model_path, load_average, machine
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import num_blocks_for
@@ -69,7 +71,7 @@ def run(model, prompts, max_tokens: int, concurrency: int, spec: dict | None) ->
 
 
 def parse_args(argv):
-    from minillm.cli import existing_folder, int_arg
+    from minillm.cli import existing_folder, int_arg, writable_file
 
     p = argparse.ArgumentParser(prog="python -m minillm bench --speculative", description=__doc__.split("\n")[0])
 
@@ -85,6 +87,7 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int_arg(min=1), help="timed passes; the median is reported " + default("repeats"))
     p.add_argument("--threads", type=int_arg(min=1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int_arg(min=0), default=0)
+    p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON to this path (checked first)")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
     args = p.parse_args(argv)
     for name, value in (QUICK_RUN if args.quick else FULL_RUN).items():
@@ -128,6 +131,16 @@ def main(argv=None) -> int:
     print_table(rows)
     print("greedy tokens identical with and without speculation" if same else "TOKENS DIFFER with speculation")
     print(f"load average after: {load_average()} (a shared machine makes wall times noisy)")
+    if args.save:
+        for r in rows:
+            r.pop("tokens")
+        saved = dict(machine=dict(machine(), load_average_before=load_before, load_average_after=load_average()),
+                     model=dict(cfg.__dict__, path=path.name), speculative_config=spec, identical_tokens=same,
+                     workload=dict(rounds=args.rounds, max_tokens=args.max_tokens, seed=args.seed,
+                                   repeats=args.repeats, block_size=BLOCK_SIZE), rows=rows)
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(saved, indent=2) + "\n")
+        print(f"saved {args.save}")
     return 0 if same else 1
 
 
