@@ -140,13 +140,16 @@ def test_stop_token_inside_an_accepted_run_ends_the_request_there(model, referen
 
 def test_prefix_caching_never_files_rejected_tokens(model, reference):
     """Round 2 extends round 1's prompts + outputs: its cache hits cover blocks that round 1's verifies wrote,
-    rejected proposals included, so any block filed with wrong K/V would change round 2's tokens."""
+    rejected proposals included, so any block filed with K/V that are not its tokens' would change round 2's tokens."""
     rng = random.Random(3)
     first = [[rng.randrange(VOCAB) for _ in range(rng.randint(3, 10))] * 2 for _ in range(4)]
     cfg = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
     engine = LLMEngine(model, block_size=4, num_blocks=48, eos_token_id=[], enable_prefix_caching=True,
                        speculative_config=cfg)
-    outs = engine.generate(first, SamplingParams(max_tokens=17, ignore_eos=True))
+    # each request ends exactly on a block boundary: its last token's K/V are never computed, so the block
+    # holding it must not be filed (a verify that emitted it wrote a rejected proposal's K/V there, or nothing)
+    params = [SamplingParams(max_tokens=4 * (len(p) // 4 + 5) - len(p), ignore_eos=True) for p in first]
+    outs = engine.generate(first, params)
     assert engine.spec_stats.num_accepted_tokens < engine.spec_stats.num_draft_tokens, "no proposal was rejected"
     second = [p + o.token_ids + [rng.randrange(VOCAB)] for p, o in zip(first, outs)]
     outs2 = engine.generate(second, SamplingParams(max_tokens=8, ignore_eos=True))
@@ -154,6 +157,21 @@ def test_prefix_caching_never_files_rejected_tokens(model, reference):
     for prompt, out in zip(second, outs2):
         assert out.token_ids == reference(prompt, 8)
     assert engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
+
+
+def test_prefix_caching_never_files_the_unverified_last_token(model, reference):
+    """The target as its own draft, k = 3, 7 prompt + 9 output tokens: the second verify's bonus token is the last
+    one, at position 15, the end of block 3. Its K/V were never computed, so block 3 must not be filed; if it
+    were, round 2 (which extends prompt + output) would read an unwritten slot for it."""
+    cfg = {"method": "draft_model", "num_speculative_tokens": 3, "model": model}
+    engine = LLMEngine(model, block_size=4, num_blocks=32, eos_token_id=[], enable_prefix_caching=True,
+                       speculative_config=cfg)
+    prompt = [21, 22, 23, 24, 25, 26, 27]
+    out = engine.generate([prompt], SamplingParams(max_tokens=9, ignore_eos=True))[0]
+    assert out.spec.num_drafts == 2 and out.spec.num_accepted_tokens == 6  # the run this test is about
+    second = prompt + out.token_ids + [30]
+    out2 = engine.generate([second], SamplingParams(max_tokens=4, ignore_eos=True))[0]
+    assert out2.num_cached_tokens == 12 and out2.token_ids == reference(second, 4)
 
 
 def test_verify_and_plain_requests_share_one_step(model):
