@@ -32,7 +32,7 @@ from minillm.model import Transformer
 from minillm.paged import num_blocks_for
 from minillm.sampling import SamplingParams
 
-FULL_RUN = dict(rounds=2, max_tokens=48, k=4, draft_layers=2, repeats=1)
+FULL_RUN = dict(rounds=1, max_tokens=32, k=4, draft_layers=2, repeats=1)
 QUICK_RUN = dict(rounds=1, max_tokens=12, k=3, draft_layers=1, repeats=1)
 CONCURRENCY = (1, 8)
 

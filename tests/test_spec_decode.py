@@ -234,3 +234,17 @@ def test_draft_with_another_vocabulary_is_rejected(model, tiny_model):
     with pytest.raises(ValueError, match="shares the target's tokenizer"):
         LLMEngine(model, block_size=4, num_blocks=8,
                   speculative_config={"method": "draft_model", "num_speculative_tokens": 2, "model": other})
+
+
+def test_disable_by_batch_size_stops_proposals_in_a_full_batch(model, reference):
+    cfg = {"method": "draft_model", "num_speculative_tokens": 2, "model": model, "disable_by_batch_size": 2}
+    engine = LLMEngine(model, block_size=4, num_blocks=64, eos_token_id=[], record_plans=True, speculative_config=cfg)
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 14)]
+    outs = engine.generate(prompts, params)
+    for plan in engine.plans:
+        running = {c.request_id for c in plan.chunks}
+        if len(running) >= 2:
+            assert all(c.kind != "verify" for c in plan.chunks)
+    assert engine.spec_stats.num_drafts > 0  # alone at the end, the longest request speculates
+    assert [o.token_ids for o in outs] == [reference(p, sp.max_tokens) for p, sp in zip(prompts, params)]
