@@ -248,3 +248,14 @@ def test_disable_by_batch_size_stops_proposals_in_a_full_batch(model, reference)
             assert all(c.kind != "verify" for c in plan.chunks)
     assert engine.spec_stats.num_drafts > 0  # alone at the end, the longest request speculates
     assert [o.token_ids for o in outs] == [reference(p, sp.max_tokens) for p, sp in zip(prompts, params)]
+
+
+def test_bench_speculative_options_are_checked():
+    from minillm.bench_spec import FULL_RUN, QUICK_RUN, parse_args
+
+    args = parse_args(["--speculative", "draft", "--quick", "--k", "2"])
+    assert (args.speculative, args.k, args.max_tokens) == ("draft", 2, QUICK_RUN["max_tokens"])
+    assert parse_args(["--speculative", "ngram"]).rounds == FULL_RUN["rounds"]
+    for bad in (["--speculative", "eagle"], ["--speculative", "ngram", "--k", "0"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
