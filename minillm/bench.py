@@ -4,6 +4,7 @@
     python -m minillm bench --save benchmarks/results/cpu.json
     python -m minillm bench --quick              # a smoke run of a few seconds on the tiny model
     python -m minillm bench --workload shared-prefix   # prefix caching off vs on (bench_prefix.py)
+    python -m minillm bench --speculative ngram|draft  # speculative decoding off vs on (bench_spec.py)
 
 Every contender serves the same seeded requests on the same checkpoint, greedy, each request asking
 for exactly `--max-tokens` new tokens (EOS ignored), so all of them do the same work:
@@ -209,6 +210,10 @@ def main(argv=None) -> int:
         from minillm.bench_prefix import main as shared_prefix_main  # its own options: see bench_prefix.py
 
         return shared_prefix_main(argv)
+    if any(a == "--speculative" or a.startswith("--speculative=") for a in argv):
+        from minillm.bench_spec import main as speculative_main  # its own options: see bench_spec.py
+
+        return speculative_main(argv)
     args = parse_args(argv)
     load_before = load_average()
     if args.threads:

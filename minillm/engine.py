@@ -29,6 +29,7 @@ from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
+from minillm.spec_decode import SpecDecodeStats, SpeculativeDecoder, count_step
 
 
 class LLMEngine:
@@ -36,7 +37,8 @@ class LLMEngine:
                  num_blocks: int | None = None, max_num_batched_tokens: int = 512, max_num_seqs: int = 16,
                  max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30,
                  eos_token_id: int | list[int] | None = None, device=None, dtype: torch.dtype = torch.float32,
-                 seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False):
+                 seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False,
+                 speculative_config: dict | None = None):
         """model: a loaded Transformer, or a checkpoint folder (None: the book's default model).
 
         The KV pool gets `num_blocks` blocks, by default enough for max_num_seqs full-length requests
@@ -44,7 +46,9 @@ class LLMEngine:
         max_position_embeddings, capped at 4096. `eos_token_id` (an id or a list; [] for none) defaults
         to the checkpoint's (generation_config.json, else config.json). enable_prefix_caching (vLLM's name;
         off here, so that chapter 6 reads as before) reuses the KV blocks of prompt prefixes computed
-        earlier (chapter 7). Every argument is checked before anything is loaded or allocated.
+        earlier (chapter 7). speculative_config (vLLM's name and keys; chapter 9, spec_decode.py) turns on
+        speculative decoding, e.g. {"method": "ngram", "num_speculative_tokens": 4}. Every argument is checked
+        before anything is loaded or allocated.
         """
         block_size = check_int("block_size", block_size, min=1)
         num_blocks = None if num_blocks is None else check_int("num_blocks", num_blocks, min=1)
@@ -95,6 +99,10 @@ class LLMEngine:
             wanted = max_num_seqs * num_blocks_for(self.max_model_len, block_size)
             num_blocks = max(1, min(wanted, kv_cache_bytes // PagedKVCache.bytes_per_block(model, block_size)))
         self.block_size = block_size
+        self.spec = None if speculative_config is None else \
+            SpeculativeDecoder(speculative_config, model, num_blocks, block_size)  # checked before the cache exists
+        self.spec_stats = SpecDecodeStats()  # totals: proposals, acceptances, target forwards, output tokens
+        self.request_spec_stats: dict[str, SpecDecodeStats] = {}
         self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
         self.runner = ModelRunner(model, self.kv)
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
@@ -151,6 +159,7 @@ class LLMEngine:
         while f"req-{self._next_id}" in self.scheduler.seen_ids:
             self._next_id += 1
         self.timings[seq.request_id] = Timing(time.perf_counter())
+        self.request_spec_stats[seq.request_id] = SpecDecodeStats()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -168,6 +177,9 @@ class LLMEngine:
         for rid in ids:
             if self.scheduler.abort(rid) is not None:
                 self.timings.pop(rid, None)
+                self.request_spec_stats.pop(rid, None)
+                if self.spec is not None:
+                    self.spec.proposer.forget(rid)
 
     def _unfinished(self, ids) -> set[str]:
         """The ids among `ids` still waiting or running (not finished, not aborted)."""
@@ -177,6 +189,8 @@ class LLMEngine:
     # ---- the step loop -----------------------------------------------------------------------------
     def step(self) -> list[TokenEvent]:
         """Schedule, run one forward over every planned chunk, sample, and record the new tokens."""
+        if self.spec is not None:
+            self.spec.propose(self.scheduler)  # proposals for running decodes, which the plan then verifies
         plan = self.scheduler.schedule()
         if self.record_plans:
             self.plans.append(plan)
@@ -186,19 +200,35 @@ class LLMEngine:
         items = []
         for c in plan.chunks:
             seq = seqs[c.request_id]
-            items.append((seq.tokens(c.num_computed, c.num_computed + c.num_new), c.num_computed,
-                          seq.block_table, c.need_logits))
+            end = c.num_computed + c.num_new - len(c.spec_token_ids)  # a verify's proposals are not in seq yet
+            items.append((seq.tokens(c.num_computed, end) + list(c.spec_token_ids), c.num_computed,
+                          seq.block_table, c.num_logits))
         batch = build_batch(items, self.block_size)
-        logits = self.runner.forward(batch)  # [M, V]: one row per chunk that needs a token
+        logits = self.runner.forward(batch)  # [M, V]: one row per chunk that needs a token (k+1 for a verify)
         sampling = [seqs[c.request_id] for c in plan.chunks if c.need_logits]
-        tokens = sample(logits, [s.params for s in sampling], [s.seed for s in sampling],
-                        [len(s.output_ids) for s in sampling])
-        finished = self.scheduler.update(plan, {s.request_id: t for s, t in zip(sampling, tokens)})
+        if self.spec is None:
+            tokens = sample(logits, [s.params for s in sampling], [s.seed for s in sampling],
+                            [len(s.output_ids) for s in sampling])
+            sampled = {s.request_id: t for s, t in zip(sampling, tokens)}
+        else:
+            sampled = self.spec.sample(logits, plan.chunks, seqs)  # an int per request, a list per verify
+        before = {s.request_id: len(s.output_ids) for s in sampling}
+        finished = self.scheduler.update(plan, sampled)
+        count_step(self.spec_stats, self.request_spec_stats, plan, sampling, before, sampled)
+        if self.spec is not None:  # requests that lost their blocks lose their draft K/V too
+            for rid in set(plan.preempted) | {s.request_id for s in sampling if s.status == "finished"}:
+                self.spec.proposer.forget(rid)
         now = time.perf_counter()
+        events = []
         for s in sampling:
-            self.timings[s.request_id].token_times.append(now)
+            new = s.output_ids[before[s.request_id]:]  # what update kept (a stop inside a verified run ends it)
+            self.timings[s.request_id].token_times.extend([now] * len(new))
+            events += [TokenEvent(s.request_id, t) for t in new]
         done = {s.request_id: self._output(s) for s in finished}
-        return [TokenEvent(s.request_id, t, done.get(s.request_id)) for s, t in zip(sampling, tokens)]
+        for ev in reversed(events):  # a finished request's Output rides on its last token
+            if ev.request_id in done:
+                ev.output = done.pop(ev.request_id)
+        return events
 
     def _output(self, seq: Sequence) -> Output:
         timing = self.timings.pop(seq.request_id)
@@ -206,7 +236,8 @@ class LLMEngine:
         itl = [b - a for a, b in zip(times, times[1:])]
         text = self.tokenizer.decode(seq.output_ids) if self.tokenizer is not None else ""
         return Output(seq.request_id, seq.prompt_ids, list(seq.output_ids), text, seq.finish_reason,
-                      times[0] - timing.added, itl, seq.num_preemptions, seq.num_cached_tokens or 0)
+                      times[0] - timing.added, itl, seq.num_preemptions, seq.num_cached_tokens or 0,
+                      self.request_spec_stats.pop(seq.request_id))
 
     @property
     def stats(self) -> PrefixCacheStats:

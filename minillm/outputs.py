@@ -18,6 +18,7 @@ class Output:
     itl: list[float]  # inter-token latencies: the gaps between consecutive tokens
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache, never computed (vLLM's name)
+    spec: object = None  # a spec_decode.SpecDecodeStats: proposals, acceptances, target forwards (chapter 9)
 
     @property
     def latency(self) -> float:

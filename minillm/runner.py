@@ -29,7 +29,7 @@ class BatchInput:
     query_start_loc: list[int]  # [B+1] request i owns tokens query_start_loc[i] : query_start_loc[i+1]
     seq_lens: list[int]  # [B] each request's context length once this step is done
     block_tables: list[list[int]]  # [B] each request's blocks, in position order
-    logits_indices: torch.Tensor  # [M] rows of N whose logits we need (a request's last token)
+    logits_indices: torch.Tensor  # [M] rows of N whose logits we need (a request's last token; a verify's last k+1)
     block_size: int  # tokens per block: the slot mapping means nothing without it
 
     @property
@@ -42,9 +42,11 @@ class BatchInput:
 
 
 ITEM = "(token_ids, num_computed, block_table, need_logits)"  # what build_batch takes per request
+# need_logits: True (the last token's row), False, or a count n: the last n tokens' rows (a speculative
+# verify needs the target's logits after the last token and after each of its k proposals: n = k + 1).
 
 
-def _check_item(r: int, item, block_size: int, vocab_size: int | None) -> tuple[list[int], int, list[int], bool]:
+def _check_item(r: int, item, block_size: int, vocab_size: int | None) -> tuple[list[int], int, list[int], int]:
     """One request's (token_ids, num_computed, block_table, need_logits), checked; names request r on error."""
     try:
         token_ids, num_computed, table, need_logits = item
@@ -72,7 +74,11 @@ def _check_item(r: int, item, block_size: int, vocab_size: int | None) -> tuple[
     if last // block_size >= len(blocks):
         raise ValueError(f"request {r}: position {last} needs block {last // block_size}, but the block table has "
                          f"{len(blocks)} blocks (block_size {block_size})")
-    return ids, k, blocks, bool(need_logits)
+    n_logits = int(need_logits) if isinstance(need_logits, bool) else as_int(need_logits)
+    if n_logits is None or not 0 <= n_logits <= len(ids):
+        raise ValueError(f"request {r} has need_logits={need_logits!r}: expected True, False or a count "
+                         f"0..{len(ids)} of its last tokens")
+    return ids, k, blocks, n_logits
 
 
 def build_batch(items, block_size: int, vocab_size: int | None = None) -> BatchInput:
@@ -96,8 +102,8 @@ def build_batch(items, block_size: int, vocab_size: int | None = None) -> BatchI
         query_start_loc.append(query_start_loc[-1] + len(token_ids))
         seq_lens.append(num_computed + len(token_ids))  # cached + new: the context attention reads
         tables.append(table)
-        if need_logits:
-            logits_idx.append(query_start_loc[-1] - 1)  # the request's last new token
+        end = query_start_loc[-1]
+        logits_idx += range(end - need_logits, end)  # the request's last need_logits new tokens (usually 1)
     as_tensor = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731  (host tensors: the runner moves them)
     return BatchInput(as_tensor(input_ids), as_tensor(positions), as_tensor(slots), query_start_loc,
                       seq_lens, tables, as_tensor(logits_idx), block_size)

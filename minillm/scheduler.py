@@ -40,6 +40,7 @@ class Sequence:
     num_preemptions: int = 0
     cache_salt: str | None = None  # enters the prefix cache's first digest: only equal salts share blocks
     num_cached_tokens: int | None = None  # prompt tokens found in the prefix cache at first admission
+    spec_token_ids: list[int] = field(default_factory=list)  # proposals to verify in the next step (chapter 9)
 
     @property
     def num_tokens(self) -> int:
@@ -62,8 +63,15 @@ class ScheduledChunk:
     request_id: str
     num_computed: int
     num_new: int
-    kind: str  # "prefill" (prompt tokens), "decode" (its last sampled token) or "recompute" (after preemption)
+    kind: str  # "prefill" (prompt tokens), "decode" (its last sampled token), "recompute" (after preemption) or
+    # "verify" (its last sampled token and the proposals after it: chapter 9)
     need_logits: bool  # the chunk reaches the request's last token, so the step samples its next token
+    spec_token_ids: tuple[int, ...] = ()  # a verify's proposals: the last len() of its num_new tokens
+
+    @property
+    def num_logits(self) -> int:
+        """Rows of logits the chunk needs: one per proposal and one after the last token (none mid-prompt)."""
+        return 1 + len(self.spec_token_ids) if self.need_logits else 0
 
 
 @dataclass
@@ -133,14 +141,19 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed, budget)
+            spec = seq.spec_token_ids[:budget - 1] if seq.num_tokens - seq.num_computed == 1 else []
+            n += len(spec)  # a verify: the last token and the proposals, k + 1 tokens of the budget
             while not self._reserve(seq, seq.num_computed + n):
+                if spec:  # short of blocks: drop the proposals before preempting anyone
+                    spec, n = [], 1
+                    continue
                 victim = self.running.pop()  # the newest; never one already planned, since those sit before i
                 self._preempt(victim)
                 preempted.append(victim.request_id)
                 if victim is seq:
                     break
             else:
-                chunks.append(self._chunk(seq, n))
+                chunks.append(self._chunk(seq, n, spec))
                 budget -= n
                 i += 1
         # Admit waiting requests only if nobody was just preempted: they would take the blocks back.
@@ -177,13 +190,19 @@ class Scheduler:
             if c.num_computed != by_id[c.request_id].num_computed:
                 raise ValueError(f"request {c.request_id!r} has {by_id[c.request_id].num_computed} computed tokens but "
                                  f"its chunk starts at {c.num_computed}: expected the plan schedule() just made")
-            if c.need_logits and as_int(sampled.get(c.request_id)) is None:
+            if c.spec_token_ids:
+                self._check_verified(c, sampled.get(c.request_id))
+            elif c.need_logits and as_int(sampled.get(c.request_id)) is None:
                 raise ValueError(f"no sampled token for request {c.request_id!r}, whose chunk needs one "
                                  f"(got {sampled.get(c.request_id)!r}: expected an int)")
         self.num_applied = plan.step
         finished = []
         for chunk in chunks:
             seq = by_id[chunk.request_id]
+            if chunk.spec_token_ids:
+                if self._apply_verified(seq, chunk, sampled[chunk.request_id]):
+                    finished.append(seq)
+                continue
             seq.num_computed += chunk.num_new
             self.kv.cache_full_blocks(seq)  # blocks now full of computed tokens become findable
             if not chunk.need_logits:
@@ -218,8 +237,44 @@ class Scheduler:
         (self.running if seq.status == "running" else self.waiting).remove(seq)
         seq.status = "finished"
 
-    def _chunk(self, seq: Sequence, n: int) -> ScheduledChunk:
+    def _check_verified(self, c: ScheduledChunk, tokens) -> None:
+        """A verify's result: 1..k+1 ints whose all but last are the chunk's first proposals."""
+        ok = isinstance(tokens, (list, tuple)) and 1 <= len(tokens) <= len(c.spec_token_ids) + 1 and \
+            all(as_int(t) is not None for t in tokens) and list(tokens[:-1]) == list(c.spec_token_ids[:len(tokens) - 1])
+        if not ok:
+            raise ValueError(f"request {c.request_id!r} verified proposals {list(c.spec_token_ids)} but got {tokens!r}: "
+                             "expected a list of the accepted proposals and one more token")
+
+    def _apply_verified(self, seq: Sequence, chunk: ScheduledChunk, tokens: list[int]) -> bool:
+        """Append a verify's tokens one by one (a stop token or max_tokens ends the run early), roll
+        num_computed back to the accepted tokens, free blocks past them. True if seq finished."""
+        for j, token in enumerate(tokens):
+            seq.output_ids.append(as_int(token))
+            if token in seq.stop_token_ids:
+                seq.finish_reason = "stop"
+            elif len(seq.output_ids) >= seq.params.max_tokens:
+                seq.finish_reason = "length"
+            else:
+                continue
+            break
+        # K/V are right for the last token and the accepted proposals: positions < num_computed + len(appended).
+        # The rejected ones' slots are simply overwritten later; with prefix caching nothing past num_computed is filed.
+        seq.num_computed = chunk.num_computed + j + 1
+        seq.spec_token_ids = []
+        self.kv.cache_full_blocks(seq)
+        if seq.finish_reason is not None:
+            self._retire(seq)
+            return True
+        keep = num_blocks_for(seq.num_tokens, self.block_size)  # room for the new last token, nothing more
+        if len(seq.block_table) > keep:
+            self.pool.free(seq.block_table[:keep - 1:-1])  # blocks holding only rejected proposals' K/V
+            del seq.block_table[keep:]
+        return False
+
+    def _chunk(self, seq: Sequence, n: int, spec: list[int] = ()) -> ScheduledChunk:
         end = seq.num_computed + n
+        if spec:
+            return ScheduledChunk(seq.request_id, seq.num_computed, n, "verify", True, tuple(spec))
         if seq.output_ids and seq.num_computed == seq.num_tokens - 1:
             kind = "decode"  # only the last sampled token is new
         elif seq.output_ids:
@@ -237,6 +292,7 @@ class Scheduler:
         (with prefix caching, only what was evicted from its blocks in the meantime)."""
         self.kv.free(seq)
         seq.num_computed = 0
+        seq.spec_token_ids = []
         seq.status = "waiting"
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)

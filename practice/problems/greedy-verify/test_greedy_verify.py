@@ -1,0 +1,68 @@
+"""Tests for greedy_verify: by hand, then random batches (vocabulary sizes, k, acceptance patterns) against
+a per-position oracle; arguments left unchanged; errors that name the request."""
+
+import copy
+import random
+
+from grading import check_equal, check_raises
+
+
+def oracle(target, proposed):
+    out = []
+    for j, x in enumerate(proposed):
+        if x != target[j]:
+            return out + [target[j]]
+        out.append(x)
+    return out + [target[len(proposed)]]
+
+
+def test_the_example(learner):
+    """All accepted plus the bonus; a rejection replaced by the target's token; no proposals at all."""
+    got = learner.greedy_verify([[4, 5, 6], [1, 2, 3], [8]], [[4, 5], [1, 9], []])
+    check_equal(got, [[4, 5, 6], [1, 2], [8]], "greedy_verify of the example")
+
+
+def test_the_bonus_follows_a_fully_accepted_run(learner):
+    """When all k proposals match, the request emits k + 1 tokens: the last is the target's argmax after them."""
+    check_equal(learner.greedy_verify([[3, 3, 3, 3, 7]], [[3, 3, 3, 3]]), [[3, 3, 3, 3, 7]],
+                "greedy_verify([[3, 3, 3, 3, 7]], [[3, 3, 3, 3]])")
+
+
+def test_a_later_match_after_a_mismatch_does_not_count(learner):
+    """Only a prefix is accepted: once a proposal is wrong, everything after it was built on a wrong token."""
+    check_equal(learner.greedy_verify([[10, 11, 12, 13]], [[99, 11, 12]]), [[10]],
+                "greedy_verify([[10, 11, 12, 13]], [[99, 11, 12]])")
+    check_equal(learner.greedy_verify([[10, 11, 12, 13]], [[10, 0, 12]]), [[10, 11]],
+                "greedy_verify([[10, 11, 12, 13]], [[10, 0, 12]])")
+
+
+def test_random_batches_match_the_oracle(learner):
+    """Random vocabularies (2 to 50,000 tokens), k from 0 to 9 per request, proposals that are right with any odds."""
+    rng = random.Random(9)
+    for case in range(60):
+        vocab = rng.choice([2, 3, 17, 1000, 50_000])
+        target, draft = [], []
+        for _ in range(rng.randint(1, 8)):
+            k = rng.randint(0, 9)
+            t = [rng.randrange(vocab) for _ in range(k + 1)]
+            odds = rng.random()
+            draft.append([t[j] if rng.random() < odds else rng.randrange(vocab) for j in range(k)])
+            target.append(t)
+        want = [oracle(t, d) for t, d in zip(target, draft)]
+        check_equal(learner.greedy_verify(target, draft), want, f"random batch {case} (vocabulary {vocab})")
+
+
+def test_the_arguments_are_left_unchanged(learner):
+    """The engine reuses the proposals and the argmax after the call: verification must only read them."""
+    target, draft = [[1, 2, 3], [4, 5]], [[1, 7], [4]]
+    before = copy.deepcopy((target, draft))
+    learner.greedy_verify(target, draft)
+    check_equal((target, draft), before, "target_argmax and draft after greedy_verify")
+
+
+def test_lengths_that_do_not_fit_are_rejected(learner):
+    """Each request needs one more target token than proposals, and both lists one row per request."""
+    e = check_raises(ValueError, learner.greedy_verify, [[1, 2], [3, 4]], [[1], [3, 4]],
+                     what="greedy_verify with request 1 having 2 target tokens for 2 proposals")
+    check_equal(all(s in str(e) for s in ("1", "2")), True, f"whether the message {str(e)!r} names request 1 and the lengths")
+    check_raises(ValueError, learner.greedy_verify, [[1, 2]], [[1], [2]], what="greedy_verify with 1 row of argmax, 2 of proposals")
