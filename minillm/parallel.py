@@ -148,8 +148,10 @@ def shard_range(name: str, cfg, rank: int, size: int) -> tuple[int, int, int] | 
 
 
 def load_shard(path, cfg, rank: int, size: int) -> dict[str, torch.Tensor]:
-    """This rank's slice of every tensor of the checkpoint at `path`, read with safetensors' get_slice:
-    only the slice's bytes are read and kept, never the whole tensor. Names lose their `model.` prefix."""
+    """This rank's slice of every tensor of the checkpoint at `path`, read with safetensors' get_slice.
+
+    A slice of rows (dim 0) reads just its bytes; a slice of columns (dim 1) is read one tensor at a
+    time and copied out, so a rank keeps only its slice. Names lose their `model.` prefix."""
     from safetensors import safe_open
 
     from minillm.weights import check_safetensors_file, weight_files
@@ -167,6 +169,8 @@ def load_shard(path, cfg, rank: int, size: int) -> dict[str, torch.Tensor]:
                     continue
                 dim, start, stop = where
                 t = part[start:stop] if dim == 0 else part[:, start:stop]
+                if t.untyped_storage().nbytes() != t.numel() * t.element_size():
+                    t = t.clone(memory_format=torch.contiguous_format)  # keep the slice, free what was read around it
                 if name.split(".")[-2] in VOCAB:  # pad the last rank's vocabulary rows to the common height
                     rows = vocab_rows(cfg.vocab_size, rank, size)[1]
                     t = F.pad(t, (0, 0, 0, rows - t.shape[0]))
