@@ -123,7 +123,7 @@ def kv_heads_of_rank(num_kv_heads: int, rank: int, size: int) -> range:
 
 def vocab_rows(vocab_size: int, rank: int, size: int) -> tuple[int, int]:
     """(start, rows) of the vocabulary on this rank: ceil(V / size) rows each; the last rank's are padded."""
-    per = -(-vocab_size // size)
+    per = (vocab_size + size - 1) // size  # ceil(V / size)
     return rank * per, per
 
 
