@@ -143,7 +143,7 @@ def shard_range(name: str, cfg, rank: int, size: int) -> tuple[int, int, int] | 
         return (1 if module == "down_proj" else 0), rank * per, (rank + 1) * per
     if module in VOCAB:
         start, per = vocab_rows(cfg.vocab_size, rank, size)
-        return 0, start, min(start + per, cfg.vocab_size)
+        return 0, min(start, cfg.vocab_size), min(start + per, cfg.vocab_size)  # a last rank may hold only padding
     return None
 
 
