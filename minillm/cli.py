@@ -1,4 +1,4 @@
-"""cli.py — `python -m minillm {demo,doctor,check,bench}`."""
+"""cli.py — `python -m minillm {demo,doctor,check,bench}`; `check --tp N` runs chapter 10's tensor-parallel check."""
 
 from __future__ import annotations
 
