@@ -228,14 +228,22 @@ class TensorParallelWorkers:
         return message[1]
 
     def describe(self) -> str:
-        """Each worker's state, for an error message."""
+        """Each worker's state, for an error message, with the error a worker reported before it exited."""
         parts = []
-        for rank, p in enumerate(self.procs, start=1):
+        for rank, (p, conn) in enumerate(zip(self.procs, self.conns), start=1):
+            said = ""
+            try:
+                while conn.poll(0):
+                    message = conn.recv()
+                    if message[0] == "error":
+                        said = f" after reporting {message[1]}"
+            except (EOFError, OSError):
+                pass
             if p.is_alive():
                 parts.append(f"rank {rank} (pid {p.pid}) is alive but did not answer within the collective "
                              f"timeout of {self.timeout_s:g} s (hung?)")
             else:
-                parts.append(f"rank {rank} (pid {p.pid}) exited with code {p.exitcode}")
+                parts.append(f"rank {rank} (pid {p.pid}) exited with code {p.exitcode}{said}")
         return "; ".join(parts)
 
     def fail(self, what: str) -> TensorParallelError:

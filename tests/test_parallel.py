@@ -247,6 +247,16 @@ def test_tp_needs_a_checkpoint_folder_and_a_valid_size(tiny_checkpoint, tiny_mod
     assert not mp.active_children(), "a refused engine starts no process"
 
 
+def test_an_engine_that_fails_after_starting_its_workers_leaves_none(tiny_checkpoint):
+    """max_model_len is checked after the model loads, so the workers are already up: they must go with the engine."""
+    with pytest.raises(ValueError, match="max_model_len"):
+        LLMEngine(tiny_checkpoint(seed=2), num_blocks=8, tensor_parallel_size=2, max_model_len=10**9)
+    deadline = time.monotonic() + 10
+    while mp.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not mp.active_children()
+
+
 def started_engine(path, monkeypatch, timeout_s: float):
     monkeypatch.setenv("MINILLM_TP_TIMEOUT_S", str(timeout_s))
     engine = LLMEngine(path, num_blocks=32, tensor_parallel_size=2)
