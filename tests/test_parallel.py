@@ -304,3 +304,19 @@ def test_close_stops_the_workers(tiny_checkpoint):
         pids = engine._tp_workers.pids
         assert engine.generate([[3, 4, 5]], GREEDY)[0].token_ids
     assert all(gone(p) for p in pids) and not mp.active_children()
+
+
+def test_check_tp_refuses_a_bad_size(capsys):
+    from minillm.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["check", "--tp", "0"])
+    assert "--tp: got '0', expected an int >= 1" in capsys.readouterr().err
+
+
+def test_the_tp_threshold_is_1e4_or_32_roundings_of_the_logits():
+    from minillm.tp_check import tp_threshold
+
+    assert tp_threshold(torch.float32, 35.0) == FP32_THRESHOLD  # the tiny model: the book's 1e-4
+    assert tp_threshold(torch.float32, 1000.0) == pytest.approx(32 * 2**-24 * 1000)
+    assert tp_threshold(torch.bfloat16, 10.0) == pytest.approx(32 * 2**-8 * 10)
