@@ -108,7 +108,8 @@ class GlooAllReduce:
         while not conn.poll(0.05):
             if not p.is_alive() or time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"gloo rank {rank} {'exited' if not p.is_alive() else 'did not answer'} while {what}")
+                state = "exited" if not p.is_alive() else "did not answer"
+                raise RuntimeError(f"gloo rank {rank} {state} while {what}")
         message = conn.recv()
         if isinstance(message, str) and message.startswith("error"):
             self.close()

@@ -100,7 +100,8 @@ def check_tp_size(cfg, size: int) -> int:
     size = check_int("tensor_parallel_size", size, min=1)
     H, KV, inter = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
     if H % size:
-        raise ValueError(f"tensor_parallel_size {size} does not divide the {H} attention heads: expected a divisor of {H}")
+        raise ValueError(f"tensor_parallel_size {size} does not divide the {H} attention heads: "
+                         f"expected a divisor of {H}")
     if KV % size and size % KV:
         raise ValueError(f"tensor_parallel_size {size} and the {KV} KV heads: expected one to divide the other "
                          "(KV heads are split when there are enough, replicated otherwise)")

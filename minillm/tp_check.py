@@ -22,7 +22,7 @@ from minillm.checks import (BLOCK_SIZE, FIRST_CHUNK, FP32_THRESHOLD, LOW_PRECISI
                             threshold_for)
 from minillm.model import Transformer
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
-from minillm.parallel import all_reduces_per_forward
+from minillm.parallel import all_reduces_per_forward, weight_bytes
 from minillm.runner import ModelRunner, build_batch
 
 def tp_threshold(dtype: torch.dtype, logit_scale: float) -> float:
@@ -79,7 +79,7 @@ def tp_mixed_batch_check(model_path, tensor_parallel_size: int = 2, device="cpu"
     return dict(rows=rows, tp=tensor_parallel_size, all_reduces=counted["all_reduce"],
                 expected_all_reduces=2 * all_reduces_per_forward(cfg.num_hidden_layers), gathers=counted["gather"],
                 all_reduce_bytes=counted["all_reduce_bytes"], weight_bytes=weights, kv_bytes=kv,
-                single_weight_bytes=sum(p.numel() * p.element_size() for p in {id(p): p for p in single.parameters()}.values()))
+                single_weight_bytes=weight_bytes(single))
 
 def tp_greedy_check(model_path, tensor_parallel_size: int = 2, max_tokens: int = 12, prompts=None):
     """Greedy token ids from the engine at TP=1 and TP=N, prompt by prompt (by default the check's prompts)."""
@@ -119,8 +119,8 @@ def print_tp_check(result: dict, greedy=None) -> bool:
     if greedy is not None:
         one, many = greedy
         same = one == many
-        print(f"greedy tokens of {len(one)} prompts, {len(one[0])} each: TP{tp} {'identical to' if same else 'DIFFER from'}"
-              f" TP1 ({'OK' if same else 'FAIL'})")
+        verdict = "identical to" if same else "DIFFER from"
+        print(f"greedy tokens of {len(one)} prompts, {len(one[0])} each: TP{tp} {verdict} TP1 ({'OK' if same else 'FAIL'})")
         ok = ok and same
     return ok
 
