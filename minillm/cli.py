@@ -1,4 +1,4 @@
-"""cli.py — `python -m minillm {demo,doctor,check,bench}`."""
+"""cli.py — `python -m minillm {demo,doctor,check,bench}`; `check --tp N` runs chapter 10's tensor-parallel check."""
 
 from __future__ import annotations
 
@@ -138,6 +138,10 @@ def check(args) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
         return 2
+    if args.tp > 1:  # chapter 10: tensor parallel N against one process
+        from minillm.tp_check import run_check
+
+        return run_check(default_model_path(), args.tp, args.device)
     dtypes = args.dtype or (["float32", "bfloat16"] if args.device == "cuda" else ["float32"])
     ok = True
     for name in dtypes:
@@ -233,6 +237,8 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default=None, type=dtype_list,
                    help="comma-separated torch dtypes (default: float32; on cuda also bfloat16)")
     p.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    p.add_argument("--tp", type=int_arg(min=1), default=1,
+                   help="tensor-parallel size: compare N processes with one on the mixed batch (default: 1, off)")
     p.set_defaults(func=check)
     sub.add_parser("bench", help="throughput vs concurrency (see benchmarks/; `bench --help` for its options)")
     argv = sys.argv[1:] if argv is None else list(argv)

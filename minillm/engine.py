@@ -38,7 +38,7 @@ class LLMEngine:
                  max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30,
                  eos_token_id: int | list[int] | None = None, device=None, dtype: torch.dtype = torch.float32,
                  seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False,
-                 speculative_config: dict | None = None):
+                 speculative_config: dict | None = None, tensor_parallel_size: int = 1):
         """model: a loaded Transformer, or a checkpoint folder (None: the book's default model).
 
         The KV pool gets `num_blocks` blocks, by default enough for max_num_seqs full-length requests
@@ -47,8 +47,9 @@ class LLMEngine:
         to the checkpoint's (generation_config.json, else config.json). enable_prefix_caching (vLLM's name;
         off here, so that chapter 6 reads as before) reuses the KV blocks of prompt prefixes computed
         earlier (chapter 7). speculative_config (vLLM's name and keys; chapter 9, spec_decode.py) turns on
-        speculative decoding, e.g. {"method": "ngram", "num_speculative_tokens": 4}. Every argument is checked
-        before anything is loaded or allocated.
+        speculative decoding, e.g. {"method": "ngram", "num_speculative_tokens": 4}. tensor_parallel_size N > 1 (chapter 10) splits every layer over N processes:
+        N - 1 workers are spawned, each holding 1/N of the weights and KV cache; call close() (or use
+        `with LLMEngine(...) as engine`) to stop them. Every argument is checked before anything is loaded.
         """
         block_size = check_int("block_size", block_size, min=1)
         num_blocks = None if num_blocks is None else check_int("num_blocks", num_blocks, min=1)
@@ -68,12 +69,26 @@ class LLMEngine:
         for name, flag in [("record_plans", record_plans), ("enable_prefix_caching", enable_prefix_caching)]:
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} is {flag!r}: expected True or False")
+        tensor_parallel_size = check_int("tensor_parallel_size", tensor_parallel_size, min=1)
+        if speculative_config is not None and tensor_parallel_size > 1:  # the draft would need its own shards
+            raise ValueError(f"speculative_config with tensor_parallel_size={tensor_parallel_size}: speculative "
+                             "decoding runs with tensor_parallel_size=1 only in this book's engine")
+        self._tp_workers = None
+        if tensor_parallel_size > 1 and not (model is None or isinstance(model, (str, os.PathLike))):
+            raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs a checkpoint folder (or None), not a "
+                             "loaded model: each rank loads its own shard from the files")
         if model is None or isinstance(model, (str, os.PathLike)):
             from minillm.checkpoints import default_model_path
 
             path = Path(model) if model is not None else default_model_path()
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-            model = Transformer.from_pretrained(path, dtype=dtype, device=device)
+            if tensor_parallel_size > 1:  # rank 0's shard here, the other ranks in worker processes
+                from minillm.tp_workers import TensorParallelWorkers
+
+                self._tp_workers = TensorParallelWorkers(path, tensor_parallel_size, dtype=dtype, device=device)
+                model = self._tp_workers.model
+            else:
+                model = Transformer.from_pretrained(path, dtype=dtype, device=device)
             if tokenizer is None and (path / "tokenizer.json").exists():
                 from minillm.checkpoints import load_tokenizer
 
@@ -104,7 +119,7 @@ class LLMEngine:
         self.spec_stats = SpecDecodeStats()  # totals: proposals, acceptances, target forwards, output tokens
         self.request_spec_stats: dict[str, SpecDecodeStats] = {}
         self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
-        self.runner = ModelRunner(model, self.kv)
+        self.runner = ModelRunner(model, self.kv) if self._tp_workers is None else self._tp_workers.runner(self.kv)
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
                                    self.max_model_len, enable_prefix_caching=enable_prefix_caching)
         self.rng = random.Random(seed)  # seeds for requests that bring none
@@ -113,6 +128,17 @@ class LLMEngine:
         self.timings: dict[str, Timing] = {}
         self._next_id = 0  # for automatic request ids
         self._num_added = 0
+
+    def close(self) -> None:
+        """Stop the tensor-parallel worker processes, if any (also done at interpreter exit); idempotent."""
+        if self._tp_workers is not None:
+            self._tp_workers.close()
+
+    def __enter__(self) -> "LLMEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def get_default_sampling_params(self) -> SamplingParams:
         """The SamplingParams a request without its own gets: the checkpoint's generation_config.json

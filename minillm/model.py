@@ -23,6 +23,8 @@ from torch import nn
 
 from minillm.checking import as_int, check_float, check_int
 from minillm.generation_config import read_generation_config
+from minillm.parallel import (ColumnParallelLinear, ParallelLMHead, RowParallelLinear, TensorParallelGroup,
+                              VocabParallelEmbedding, check_tp_size, kv_heads_of_rank, load_shard)
 from minillm.weights import describe, few as _few, load_safetensors, read_config, short  # noqa: F401 (re-exported)
 
 
@@ -193,18 +195,31 @@ class Linear(nn.Linear):
         return linear(x, self.weight)
 
 
+def column_linear(in_features: int, out_features: int, tp: TensorParallelGroup | None) -> nn.Module:
+    """q, k, v, gate, up: the plain layer, or (chapter 10) this rank's output columns of it."""
+    return Linear(in_features, out_features) if tp is None else ColumnParallelLinear(in_features, out_features, tp)
+
+
+def row_linear(in_features: int, out_features: int, tp: TensorParallelGroup | None) -> nn.Module:
+    """o, down: the plain layer, or (chapter 10) this rank's input rows of it followed by an all-reduce."""
+    return Linear(in_features, out_features) if tp is None else RowParallelLinear(in_features, out_features, tp)
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int = 0):
+    def __init__(self, cfg: ModelConfig, layer_idx: int = 0, tp: TensorParallelGroup | None = None):
         super().__init__()
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         if self.nh % self.nkv:
             raise ValueError(f"{self.nh} query heads cannot share {self.nkv} KV heads evenly")
+        if tp is not None:  # tensor parallel: this rank's heads only (chapter 10)
+            self.nh = self.nh // check_tp_size(cfg, tp.size)
+            self.nkv = len(kv_heads_of_rank(self.nkv, tp.rank, tp.size))
         self.layer_idx = layer_idx  # which layer's K/V the backend stores and reads
         self.scale = self.hd**-0.5
-        self.q_proj = Linear(cfg.hidden_size, self.nh * self.hd)
-        self.k_proj = Linear(cfg.hidden_size, self.nkv * self.hd)
-        self.v_proj = Linear(cfg.hidden_size, self.nkv * self.hd)
-        self.o_proj = Linear(self.nh * self.hd, cfg.hidden_size)
+        self.q_proj = column_linear(cfg.hidden_size, self.nh * self.hd, tp)
+        self.k_proj = column_linear(cfg.hidden_size, self.nkv * self.hd, tp)
+        self.v_proj = column_linear(cfg.hidden_size, self.nkv * self.hd, tp)
+        self.o_proj = row_linear(self.nh * self.hd, cfg.hidden_size, tp)
         self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)  # QK-norm: Qwen3 normalises each head
         self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
 
@@ -223,11 +238,12 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tp: TensorParallelGroup | None = None):
         super().__init__()
-        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
+        inter = cfg.intermediate_size // (1 if tp is None else check_tp_size(cfg, tp.size))  # this rank's units
+        self.gate_proj = column_linear(cfg.hidden_size, inter, tp)
+        self.up_proj = column_linear(cfg.hidden_size, inter, tp)
+        self.down_proj = row_linear(inter, cfg.hidden_size, tp)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -236,12 +252,12 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, cfg: ModelConfig, layer_idx: int = 0):
+    def __init__(self, cfg: ModelConfig, layer_idx: int = 0, tp: TensorParallelGroup | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer_idx)
+        self.self_attn = Attention(cfg, layer_idx, tp)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, tp)
 
     def forward(self, x, cos, sin, attn=None):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn)
@@ -249,15 +265,18 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tp: TensorParallelGroup | None = None):
+        """tp: this process's rank in a tensor-parallel group (chapter 10); None builds the whole model."""
         super().__init__()
-        self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.cfg, self.tp = cfg, tp
+        V, d = cfg.vocab_size, cfg.hidden_size
+        self.embed_tokens = nn.Embedding(V, d) if tp is None else VocabParallelEmbedding(V, d, tp)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
+        self.lm_head = Linear(d, V) if tp is None else ParallelLMHead(V, d, tp)  # rank 0 gathers the logits
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # one tensor, two roles
+        self.local_kv_heads = self.layers[0].self_attn.nkv  # KV heads this rank caches (all of them without tp)
 
     def check_token_ids(self, input_ids) -> None:
         """Raise ValueError unless every id has an embedding. With an attention backend the forward never
@@ -308,15 +327,20 @@ class Transformer(nn.Module):
         return self.lm_head(self.norm(x))
 
     @classmethod
-    def from_pretrained(cls, path, dtype: torch.dtype = torch.float32, device="cpu") -> "Transformer":
-        """Load a Hugging Face Qwen3 checkpoint folder (config.json + safetensors, sharded or not)."""
+    def from_pretrained(cls, path, dtype: torch.dtype = torch.float32, device="cpu",
+                        tp: TensorParallelGroup | None = None) -> "Transformer":
+        """Load a Hugging Face Qwen3 checkpoint folder (config.json + safetensors, sharded or not).
+
+        With `tp`, only this rank's slice of each tensor is read from the files (chapter 10)."""
         path = Path(path).expanduser()
         hf_config = read_config(path)
         cfg = ModelConfig.from_hf(hf_config, source=str(path / "config.json"))
         generation_config = read_generation_config(path, hf_config)  # EOS ids, default sampling
-        state = load_safetensors(path)
+        if tp is not None:
+            check_tp_size(cfg, tp.size)
+        state = load_safetensors(path) if tp is None else load_shard(path, cfg, tp.rank, tp.size)
         with torch.device("meta"):
-            model = cls(cfg)
+            model = cls(cfg, tp)
         expected = {k for k in model.state_dict() if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
         if cfg.tie_word_embeddings:
             state.pop("lm_head.weight", None)  # some tied checkpoints store the head anyway

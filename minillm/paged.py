@@ -112,12 +112,14 @@ class PagedKVCache:
     def for_model(cls, model: Transformer, num_blocks: int, block_size: int) -> "PagedKVCache":
         """A cache shaped for `model`, in its dtype and on its device."""
         cfg, w = model.cfg, model.embed_tokens.weight
-        return cls(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.hd, w.dtype, w.device)
+        kv_heads = getattr(model, "local_kv_heads", cfg.num_key_value_heads)  # a tensor-parallel rank's share
+        return cls(cfg.num_hidden_layers, num_blocks, block_size, kv_heads, cfg.hd, w.dtype, w.device)
 
     @staticmethod
     def bytes_per_block(model: Transformer, block_size: int) -> int:
         cfg, w = model.cfg, model.embed_tokens.weight
-        return block_size * kv_bytes_per_token(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hd, w.element_size())
+        kv_heads = getattr(model, "local_kv_heads", cfg.num_key_value_heads)
+        return block_size * kv_bytes_per_token(cfg.num_hidden_layers, kv_heads, cfg.hd, w.element_size())
 
     @property
     def num_slots(self) -> int:

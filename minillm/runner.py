@@ -114,10 +114,11 @@ class ModelRunner:
 
     def __init__(self, model: Transformer, kv: PagedKVCache):
         cfg = model.cfg
-        if (kv.num_kv_heads, kv.head_dim, kv.num_layers) != (cfg.num_key_value_heads, cfg.hd, cfg.num_hidden_layers):
+        kv_heads = getattr(model, "local_kv_heads", cfg.num_key_value_heads)  # a tensor-parallel rank's share
+        if (kv.num_kv_heads, kv.head_dim, kv.num_layers) != (kv_heads, cfg.hd, cfg.num_hidden_layers):
             raise ValueError(
                 f"cache is {kv.num_layers} layers x {kv.num_kv_heads} KV heads x {kv.head_dim}, model needs "
-                f"{cfg.num_hidden_layers} x {cfg.num_key_value_heads} x {cfg.hd}"
+                f"{cfg.num_hidden_layers} x {kv_heads} x {cfg.hd}"
             )
         w = model.embed_tokens.weight
         if (kv.k[0].dtype, kv.device) != (w.dtype, w.device):
