@@ -26,6 +26,7 @@ from minillm.outputs import Output, TokenEvent, Timing
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
 from minillm.prefix_cache import PrefixCacheStats
 from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
+from minillm.kernels import attention_backend_class
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
@@ -36,7 +37,8 @@ class LLMEngine:
                  num_blocks: int | None = None, max_num_batched_tokens: int = 512, max_num_seqs: int = 16,
                  max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30,
                  eos_token_id: int | list[int] | None = None, device=None, dtype: torch.dtype = torch.float32,
-                 seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False):
+                 seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False,
+                 attention_backend: str = "torch"):
         """model: a loaded Transformer, or a checkpoint folder (None: the book's default model).
 
         The KV pool gets `num_blocks` blocks, by default enough for max_num_seqs full-length requests
@@ -44,9 +46,10 @@ class LLMEngine:
         max_position_embeddings, capped at 4096. `eos_token_id` (an id or a list; [] for none) defaults
         to the checkpoint's (generation_config.json, else config.json). enable_prefix_caching (vLLM's name;
         off here, so that chapter 6 reads as before) reuses the KV blocks of prompt prefixes computed
-        earlier (chapter 7). Every argument is checked before anything is loaded or allocated.
+        earlier (chapter 7). attention_backend: "torch" or "triton" (chapter 11's kernels). Every argument is checked before anything is loaded or allocated.
         """
         block_size = check_int("block_size", block_size, min=1)
+        attention_backend_class(attention_backend)  # a bad name fails here, before anything is loaded
         num_blocks = None if num_blocks is None else check_int("num_blocks", num_blocks, min=1)
         max_num_batched_tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, min=1)
         max_num_seqs = check_int("max_num_seqs", max_num_seqs, min=1)
@@ -96,7 +99,7 @@ class LLMEngine:
             num_blocks = max(1, min(wanted, kv_cache_bytes // PagedKVCache.bytes_per_block(model, block_size)))
         self.block_size = block_size
         self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
-        self.runner = ModelRunner(model, self.kv)
+        self.runner = ModelRunner(model, self.kv, attention_backend=attention_backend)
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
                                    self.max_model_len, enable_prefix_caching=enable_prefix_caching)
         self.rng = random.Random(seed)  # seeds for requests that bring none
