@@ -53,6 +53,7 @@ def attention_backend_class(name):
         from minillm.paged import PagedAttention
 
         return PagedAttention
+    load_triton()  # says how to install triton when it is missing, and picks the interpreter without CUDA
     from minillm.kernels.backend import TritonAttention
 
     return TritonAttention

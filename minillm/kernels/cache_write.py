@@ -44,8 +44,9 @@ def triton_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, 
     N, KV, hd = k.shape
     if N == 0:
         return
-    if not (k_cache.is_contiguous() and v_cache.is_contiguous() and k.stride(2) == 1 and v.stride(2) == 1):
-        raise ValueError("triton_cache_write needs contiguous caches and k, v whose last dimension is contiguous")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("triton_cache_write needs contiguous caches: a slot is a row of [num_blocks * block_size, KV, hd]")
+    k, v = k.contiguous(), v.contiguous()  # the kernel steps along head_dim one element at a time
     stride_cs, stride_ch = KV * hd, hd  # the cache as [num_blocks * block_size, KV, hd]
     reshape_and_cache_kernel[(N,)](
         k, v, k_cache, v_cache, slot_mapping,
