@@ -234,3 +234,13 @@ except ValueError as e:
 """
     done = run_python(code, TRITON_INTERPRET="0")
     assert "ERROR: the Triton backend got a cache on the CPU" in done.stdout, done.stderr
+
+
+@needs_triton
+def test_a_kernel_is_shown_by_its_python_source():
+    from minillm.kernels.cache_write import reshape_and_cache_kernel
+    from minillm.show import source
+
+    shown = source(reshape_and_cache_kernel)
+    assert shown.text.startswith("@triton.jit\ndef reshape_and_cache_kernel(") and "tl.store" in shown.text
+    assert shown.where() == "minillm/kernels/cache_write.py"
