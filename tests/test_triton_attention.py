@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minillm.kernels import triton_available
+from minillm.kernels import interpreting, load_triton, triton_available
 from minillm.model import Transformer
 from minillm.paged import PagedKVCache, paged_attention, paged_decode_attention
 from minillm.runner import ModelRunner, build_batch
@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton is not installed: pip install -e '.[kernels]'")
 TOL = 1e-5  # fp32 kernel vs reference
 VOCAB = 512
+if triton_available():
+    load_triton()  # decides, before any kernel is defined, whether they are compiled or interpreted
+# Interpreted kernels take CPU tensors, compiled ones CUDA tensors: the same tests check either.
+DEVICE = "cpu" if not torch.cuda.is_available() or interpreting() else "cuda"
 
 
 def random_case(seed: int):
@@ -44,13 +48,13 @@ def random_case(seed: int):
     rng.shuffle(pool)
     tables = [pool[sum(need[:i]):sum(need[:i + 1])] for i in range(len(need))]
     g = torch.Generator().manual_seed(seed)
-    kv = PagedKVCache(1, len(pool), block_size, kv_heads, head_dim)
+    kv = PagedKVCache(1, len(pool), block_size, kv_heads, head_dim, device=DEVICE)
     kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
     kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
     qsl = [0]
     for n in new:
         qsl.append(qsl[-1] + n)
-    q = torch.randn(qsl[-1], kv_heads * group, head_dim, generator=g)
+    q = torch.randn(qsl[-1], kv_heads * group, head_dim, generator=g).to(DEVICE)
     return q, kv, tables, seq_lens, qsl, head_dim ** -0.5
 
 
@@ -74,7 +78,7 @@ def test_kernel_equals_padded_decode_attention():
 
     q, kv, tables, seq_lens, _, scale = random_case(3)
     B = len(seq_lens)
-    q = torch.randn(B, q.shape[1], kv.head_dim, generator=torch.Generator().manual_seed(1))  # one token each
+    q = torch.randn(B, q.shape[1], kv.head_dim, generator=torch.Generator().manual_seed(1)).to(DEVICE)  # one each
     want = paged_decode_attention(q, kv, 0, tables, seq_lens, scale)
     assert (triton_attention(q, kv, 0, tables, seq_lens, list(range(B + 1)), scale) - want).abs().max() < TOL
 
@@ -101,12 +105,12 @@ def test_cache_write_equals_torch_store_exactly(block_size, kv_heads, head_dim):
     from minillm.kernels.cache_write import triton_cache_write
 
     g = torch.Generator().manual_seed(block_size)
-    ours, ref = (PagedKVCache(1, 9, block_size, kv_heads, head_dim) for _ in range(2))
+    ours, ref = (PagedKVCache(1, 9, block_size, kv_heads, head_dim, device=DEVICE) for _ in range(2))
     for cache in (ours, ref):  # the same old contents, so rows the write must not touch are checked too
         torch.manual_seed(0)
         cache.k[0].normal_(), cache.v[0].normal_()
-    slots = torch.randperm(ours.num_slots, generator=g)[:min(7, ours.num_slots)]
-    k, v = (torch.randn(len(slots), kv_heads, head_dim, generator=g) for _ in range(2))
+    slots = torch.randperm(ours.num_slots, generator=g)[:min(7, ours.num_slots)].to(DEVICE)
+    k, v = (torch.randn(len(slots), kv_heads, head_dim, generator=g).to(DEVICE) for _ in range(2))
     k_in, v_in = k.clone(), v.clone()
     triton_cache_write(k, v, ours.k[0], ours.v[0], slots)
     ref.store(0, slots, k, v)
@@ -118,9 +122,9 @@ def test_cache_write_equals_torch_store_exactly(block_size, kv_heads, head_dim):
 def test_cache_write_skips_negative_slots():
     from minillm.kernels.cache_write import triton_cache_write
 
-    kv = PagedKVCache(1, 2, 4, 2, 16)
-    k = torch.ones(3, 2, 16)
-    triton_cache_write(k, 2 * k, kv.k[0], kv.v[0], torch.tensor([5, -1, 0]))  # -1: vLLM's padding slot
+    kv = PagedKVCache(1, 2, 4, 2, 16, device=DEVICE)
+    k = torch.ones(3, 2, 16, device=DEVICE)
+    triton_cache_write(k, 2 * k, kv.k[0], kv.v[0], torch.tensor([5, -1, 0], device=DEVICE))  # -1: vLLM's padding slot
     flat_k, flat_v = kv.k[0].view(8, 2, 16), kv.v[0].view(8, 2, 16)
     assert flat_k[[0, 5]].eq(1).all() and flat_v[[0, 5]].eq(2).all()
     assert flat_k[[1, 2, 3, 4, 6, 7]].eq(0).all() and flat_v[[1, 2, 3, 4, 6, 7]].eq(0).all()
@@ -149,10 +153,10 @@ def test_runner_with_triton_backend_equals_torch_backend_and_transformers(tiny_c
     from minillm.reference import hf_logits
 
     path = tiny_checkpoint(seed=11)
-    model = Transformer.from_pretrained(path)
+    model = Transformer.from_pretrained(path, device=DEVICE)
     triton_rows, torch_rows = two_step_logits(model, "triton"), two_step_logits(model, "torch")
     worst_torch = max((t[1] - r[1]).abs().max().item() for t, r in zip(triton_rows, torch_rows))
-    worst_hf = max((row - hf_logits(path, ids)[-1]).abs().max().item() for ids, row in triton_rows)
+    worst_hf = max((row.cpu() - hf_logits(path, ids)[-1]).abs().max().item() for ids, row in triton_rows)
     print(f"runner, triton vs torch backend: {worst_torch:.1e}; vs transformers: {worst_hf:.1e}")
     assert worst_torch < 1e-4 and worst_hf < 1e-4
 
@@ -162,7 +166,7 @@ def test_engine_with_triton_backend_generates_the_torch_backends_tokens(tiny_che
     from minillm.engine import LLMEngine
     from minillm.sampling import SamplingParams
 
-    model = Transformer.from_pretrained(tiny_checkpoint(seed=11))
+    model = Transformer.from_pretrained(tiny_checkpoint(seed=11), device=DEVICE)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [100, 200, 300]]
     params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
     outs = {backend: [o.token_ids for o in
@@ -244,3 +248,44 @@ def test_a_kernel_is_shown_by_its_python_source():
     shown = source(reshape_and_cache_kernel)
     assert shown.text.startswith("@triton.jit\ndef reshape_and_cache_kernel(") and "tl.store" in shown.text
     assert shown.where() == "minillm/kernels/cache_write.py"
+
+
+@needs_triton
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compiled_kernel_in_bf16_is_close_to_the_fp32_reference():
+    """bf16 rounds each input to 2^-8 of itself: outputs of size ~1 may be off by a few hundredths, not more."""
+    from minillm.kernels.backend import triton_attention
+
+    for seed in range(4):
+        q, kv, tables, seq_lens, qsl, scale = random_case(seed)
+        want = paged_attention(q, kv, 0, tables, seq_lens, qsl, scale)
+        low = PagedKVCache(1, kv.num_blocks, kv.block_size, kv.num_kv_heads, kv.head_dim, torch.bfloat16, kv.device)
+        low.k[0].copy_(kv.k[0]), low.v[0].copy_(kv.v[0])
+        got = triton_attention(q.bfloat16(), low, 0, tables, seq_lens, qsl, scale).float()
+        assert (got - want).abs().max().item() < 5e-2
+
+
+def run_benchmark(*args) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention.py"), *args], capture_output=True,
+                          text=True, env=dict(env, PYTHONPATH=str(ROOT)), timeout=300, cwd=ROOT)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what the benchmark does without a GPU")
+def test_benchmark_without_cuda_says_so_and_exits_0():
+    done = run_benchmark()
+    assert done.returncode == 0, done.stderr
+    assert "no CUDA device here" in done.stdout or "needs triton" in done.stdout
+
+
+@needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the smoke run is for machines without a GPU")
+def test_benchmark_smoke_run_checks_the_kernel_against_the_reference(tmp_path):
+    done = run_benchmark("--cpu-smoke", "--json", str(tmp_path / "rows.json"))
+    assert done.returncode == 0, done.stderr
+    import json
+
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert [(r["batch"], r["context"]) for r in rows] == [(1, 40), (3, 40)]
+    assert all(r["err_triton"] < 1e-5 and r["err_sdpa"] < 1e-5 for r in rows)
