@@ -9,6 +9,7 @@ For each batch size B and context L (every request of the batch has the same con
 batch has no padding), one decode step of one layer's attention is timed three ways:
 
 - `triton`: `triton_paged_attention`, one launch over the flat batch, K/V read through the block tables;
+- `split`: `split_decode_attention`, the flash-decoding kernels (segments of the context, GQA heads packed);
 - `torch`: chapter 4's padded decode path (`PagedAttention.decode`: gather the blocks, then matmuls);
 - `sdpa`: `torch.nn.functional.scaled_dot_product_attention` on K/V already laid out contiguously as
   [B, kv_heads, L, head_dim] (no gather: the best a dense cache could do).
@@ -97,6 +98,7 @@ def timed(fn, iters: int, cuda: bool) -> float:
 
 
 def one_shape(B: int, L: int, args, device, dtype) -> dict:
+    from minillm.kernels.split_decode import split_decode_attention
     from minillm.kernels.triton_attention import triton_paged_attention
     from minillm.paged import PagedAttention, PagedKVCache
 
@@ -113,17 +115,18 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
     seq_lens = torch.full((B,), L, dtype=torch.long, device=device)
     qsl = torch.arange(B + 1, dtype=torch.long, device=device)
     run_triton = lambda: triton_paged_attention(q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, qsl, 1, scale)  # noqa: E731
+    run_split = lambda: split_decode_attention(q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale)  # noqa: E731
     run_torch = lambda: attn.decode(0, q, scale)  # noqa: E731
     k_dense = kv.k[0][attn.block_tables].flatten(1, 2)[:, :L].permute(0, 2, 1, 3).contiguous()  # [B, KV, L, hd]
     v_dense = kv.v[0][attn.block_tables].flatten(1, 2)[:, :L].permute(0, 2, 1, 3).contiguous()
     q4 = q[:, :, None, :]  # [B, H, 1, hd]
     run_sdpa = lambda: F.scaled_dot_product_attention(q4, k_dense, v_dense, scale=scale, enable_gqa=True)  # noqa: E731
     want = run_torch().float()
-    err_triton = (run_triton().float() - want).abs().max().item()
+    err_triton = max((run_triton().float() - want).abs().max().item(), (run_split().float() - want).abs().max().item())
     err_sdpa = (run_sdpa()[:, :, 0].float() - want).abs().max().item()
     cuda = device.type == "cuda"
     seconds = {name: timed(fn, args.iters, cuda) for name, fn in
-               [("triton", run_triton), ("torch", run_torch), ("sdpa", run_sdpa)]}
+               [("triton", run_triton), ("split", run_split), ("torch", run_torch), ("sdpa", run_sdpa)]}
     nbytes = 2 * B * L * KV * hd * kv.k[0].element_size() + 2 * q.numel() * q.element_size()  # K, V; q and out
     return dict(batch=B, context=L, bytes=nbytes, seconds=seconds, err_triton=err_triton, err_sdpa=err_sdpa,
                 gbps={name: nbytes / s / 1e9 for name, s in seconds.items()})
@@ -151,8 +154,9 @@ def main(argv=None) -> int:
     peak = args.peak_gbps * 1e9 if args.peak_gbps else next((bw for key, bw in PEAK_BANDWIDTH.items() if key in name), None)
     print(f"device: {name}; peak bandwidth: {f'{peak / 1e12:.2f} TB/s' if peak else 'unknown (pass --peak-gbps)'}; "
           f"{args.dtype}, {args.num_heads} query / {args.kv_heads} KV heads of {args.head_dim}, block size {args.block_size}")
-    head = (f"{'B':>3} {'context':>8} {'K/V MB':>8} | {'triton':>9} {'torch':>9} {'sdpa':>9} (us) | "
-            f"{'triton':>7} {'torch':>7} {'sdpa':>7} (GB/s) | {'triton % peak':>13} | {'err':>7}")
+    names = ("triton", "split", "torch", "sdpa")
+    head = (f"{'B':>3} {'context':>8} {'K/V MB':>8} | " + " ".join(f"{n:>9}" for n in names) + " (us) | "
+            + " ".join(f"{n:>7}" for n in names) + f" (GB/s) | {'split % peak':>12} | {'err':>7}")
     print(head + "\n" + "-" * len(head))
     rows = []
     for B in args.batch_sizes:
@@ -163,10 +167,9 @@ def main(argv=None) -> int:
                 continue
             r = one_shape(B, L, args, device, dtype)
             rows.append(r)
-            us, gb = ({k: r[key][k] * f for k in ("triton", "torch", "sdpa")} for key, f in (("seconds", 1e6), ("gbps", 1)))
-            frac = f"{r['gbps']['triton'] * 1e9 / peak:13.1%}" if peak and not args.cpu_smoke else f"{'-':>13}"
-            print(f"{B:>3} {L:>8} {r['bytes'] / 1e6:>8.1f} | {us['triton']:>9.1f} {us['torch']:>9.1f} {us['sdpa']:>9.1f}      | "
-                  f"{gb['triton']:>7.1f} {gb['torch']:>7.1f} {gb['sdpa']:>7.1f}        | {frac} | {r['err_triton']:>7.1e}")
+            frac = f"{r['gbps']['split'] * 1e9 / peak:12.1%}" if peak and not args.cpu_smoke else f"{'-':>12}"
+            print(f"{B:>3} {L:>8} {r['bytes'] / 1e6:>8.1f} | " + " ".join(f"{r['seconds'][n] * 1e6:>9.1f}" for n in names)
+                  + "      | " + " ".join(f"{r['gbps'][n]:>7.1f}" for n in names) + f"        | {frac} | {r['err_triton']:>7.1e}")
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     if args.cpu_smoke:

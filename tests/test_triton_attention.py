@@ -84,6 +84,33 @@ def test_kernel_equals_padded_decode_attention():
 
 
 @needs_triton
+@pytest.mark.parametrize("seed", range(6))
+def test_flash_decoding_equals_padded_decode_attention_for_any_segment(seed):
+    from minillm.kernels.split_decode import split_decode_attention
+
+    q, kv, tables, seq_lens, _, scale = random_case(seed)
+    B = len(seq_lens)
+    q = torch.randn(B, q.shape[1], kv.head_dim, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    want = paged_decode_attention(q, kv, 0, tables, seq_lens, scale)
+    from minillm.paged import PagedAttention
+
+    attn = PagedAttention(kv, tables, seq_lens, list(range(B + 1)))
+    lens = torch.tensor(seq_lens, device=DEVICE)
+    for segment in (32, 64, 256):  # 1 to 10 segments per context
+        got = split_decode_attention(q, kv.k[0], kv.v[0], attn.block_tables, lens, max(seq_lens), scale, segment)
+        assert (got - want).abs().max().item() < TOL, (segment, seq_lens)
+
+
+@needs_triton
+def test_flash_decoding_refuses_a_segment_that_is_not_whole_tiles():
+    from minillm.kernels.split_decode import split_decode_attention
+
+    q, kv, tables, seq_lens, _, scale = random_case(0)
+    with pytest.raises(ValueError, match="segment is 48: expected a multiple of 32"):
+        split_decode_attention(q[:1], kv.k[0], kv.v[0], torch.zeros(1, 1, dtype=torch.long), torch.ones(1), 1, scale, 48)
+
+
+@needs_triton
 def test_kernel_reads_only_the_requests_blocks():
     """Poison every block no table lists: a kernel that strays outside its block table returns NaN."""
     from minillm.kernels.backend import triton_attention
