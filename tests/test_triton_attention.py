@@ -34,9 +34,10 @@ def random_case(seed: int):
     """A seeded mixed batch: block size 1-32, GQA group 1-8, head_dim 16-128, contexts up to ~300 tokens,
     each request a full prefill, a chunk after cached tokens, or a decode; blocks scattered over the pool."""
     rng = random.Random(seed)
-    block_size = rng.choice([1, 2, 3, 5, 8, 16, 32])
-    kv_heads, group = rng.choice([1, 2]), rng.choice([1, 2, 3, 4, 8])
-    head_dim = rng.choice([16, 32, 48, 64, 80, 128])
+    # the shape parameters cycle with the seed, so that 12 seeds cover every value of each
+    block_size = [1, 2, 3, 5, 8, 16, 32][seed % 7]
+    kv_heads, group = rng.choice([1, 2]), [1, 2, 3, 4, 8][seed % 5]
+    head_dim = [16, 32, 48, 64, 80, 128][seed % 6]
     seq_lens, new = [], []
     for _ in range(rng.randint(1, 4)):
         kind = rng.choice(["prefill", "chunk", "decode"])
