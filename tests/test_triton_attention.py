@@ -317,3 +317,12 @@ def test_benchmark_smoke_run_checks_the_kernel_against_the_reference(tmp_path):
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert [(r["batch"], r["context"]) for r in rows] == [(1, 40), (3, 40)]
     assert all(r["err_triton"] < 1e-5 and r["err_sdpa"] < 1e-5 for r in rows)
+
+
+def test_check_refuses_an_unknown_attention_backend(capsys):
+    from minillm.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["check", "--attention", "flash"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'flash'" in capsys.readouterr().err
