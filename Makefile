@@ -17,7 +17,7 @@ export MINILLM_CHROMIUM
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,book]'
+	$(PY) -m pip install --quiet -e '.[dev,book,kernels]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -60,8 +60,10 @@ def check_prompts(model_path, vocab_size: int) -> list[list[int]]:
 
 
 @torch.no_grad()
-def mixed_batch_check(model_path, device="cpu", dtype: torch.dtype = torch.float32) -> list[dict]:
-    """Run the chapter's two-step mixed batch on `device` in `dtype`; one row per logits row returned."""
+def mixed_batch_check(model_path, device="cpu", dtype: torch.dtype = torch.float32,
+                      attention_backend: str = "torch") -> list[dict]:
+    """Run the chapter's two-step mixed batch on `device` in `dtype` with the given attention backend
+    ("torch" or chapter 11's "triton"); one row per logits row returned."""
     from minillm.reference import hf_logits
 
     reference_model = Transformer.from_pretrained(model_path)  # float32, CPU: the yardstick
@@ -75,7 +77,7 @@ def mixed_batch_check(model_path, device="cpu", dtype: torch.dtype = torch.float
     pool.allocate(1)  # leave block 0 unused, so no table starts at the pool's first block by accident
     tables = [pool.allocate(n) for n in blocks_per_request]
     kv = PagedKVCache.for_model(model, pool.num_blocks, BLOCK_SIZE)
-    runner = ModelRunner(model, kv)
+    runner = ModelRunner(model, kv, attention_backend=attention_backend)
 
     def batch(items):
         return build_batch(items, BLOCK_SIZE, vocab_size=cfg.vocab_size)

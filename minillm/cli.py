@@ -144,9 +144,23 @@ def check(args) -> int:
         return run_check(default_model_path(), args.tp, args.device)
     dtypes = args.dtype or (["float32", "bfloat16"] if args.device == "cuda" else ["float32"])
     ok = True
+    if args.attention == "triton":
+        from minillm.kernels import INSTALL_HINT, interpreting, load_triton, triton_available
+
+        if not triton_available():
+            print(f"--attention triton: triton is not installed; install it with {INSTALL_HINT}")
+            return 2
+        load_triton()  # without CUDA this selects Triton's interpreter before any kernel is defined
+        if args.device == "cpu" and not interpreting():
+            print("--attention triton --device cpu: TRITON_INTERPRET is set to a false value, so Triton would "
+                  "compile for a GPU; unset it (or set TRITON_INTERPRET=1) to run the kernels in the interpreter")
+            return 2
+        how = "interpreted (TRITON_INTERPRET=1)" if interpreting() else "compiled"
+        print(f"attention backend: triton, {how}")
     for name in dtypes:
-        print(f"\nmixed-batch parity on {args.device}, {name}")
-        rows = mixed_batch_check(default_model_path(), device=args.device, dtype=getattr(torch, name))
+        print(f"\nmixed-batch parity on {args.device}, {name}, attention {args.attention}")
+        rows = mixed_batch_check(default_model_path(), device=args.device, dtype=getattr(torch, name),
+                                 attention_backend=args.attention)
         ok = print_check_table(rows) and ok
         if args.json:
             print(json.dumps(rows))
@@ -236,6 +250,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default=None, type=dtype_list,
                    help="comma-separated torch dtypes (default: float32; on cuda also bfloat16)")
+    p.add_argument("--attention", default="torch", choices=["torch", "triton"],
+                   help="attention backend: torch (chapter 4's reference) or triton (chapter 11's kernels)")
     p.add_argument("--json", action="store_true", help="also print the rows as JSON")
     p.add_argument("--tp", type=int_arg(min=1), default=1,
                    help="tensor-parallel size: compare N processes with one on the mixed batch (default: 1, off)")

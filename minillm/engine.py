@@ -26,6 +26,7 @@ from minillm.outputs import Output, TokenEvent, Timing
 from minillm.paged import DEFAULT_BLOCK_SIZE, BlockPool, PagedKVCache, num_blocks_for
 from minillm.prefix_cache import PrefixCacheStats
 from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
+from minillm.kernels import attention_backend_class
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
@@ -38,7 +39,8 @@ class LLMEngine:
                  max_model_len: int | None = None, kv_cache_bytes: int = 1 << 30,
                  eos_token_id: int | list[int] | None = None, device=None, dtype: torch.dtype = torch.float32,
                  seed: int = 0, record_plans: bool = False, enable_prefix_caching: bool = False,
-                 speculative_config: dict | None = None, tensor_parallel_size: int = 1):
+                 speculative_config: dict | None = None, tensor_parallel_size: int = 1,
+                 attention_backend: str = "torch"):
         """model: a loaded Transformer, or a checkpoint folder (None: the book's default model).
 
         The KV pool gets `num_blocks` blocks, by default enough for max_num_seqs full-length requests
@@ -47,11 +49,14 @@ class LLMEngine:
         to the checkpoint's (generation_config.json, else config.json). enable_prefix_caching (vLLM's name;
         off here, so that chapter 6 reads as before) reuses the KV blocks of prompt prefixes computed
         earlier (chapter 7). speculative_config (vLLM's name and keys; chapter 9, spec_decode.py) turns on
-        speculative decoding, e.g. {"method": "ngram", "num_speculative_tokens": 4}. tensor_parallel_size N > 1 (chapter 10) splits every layer over N processes:
-        N - 1 workers are spawned, each holding 1/N of the weights and KV cache; call close() (or use
-        `with LLMEngine(...) as engine`) to stop them. Every argument is checked before anything is loaded.
+        speculative decoding, e.g. {"method": "ngram", "num_speculative_tokens": 4}. tensor_parallel_size
+        N > 1 (chapter 10) splits every layer over N processes: N - 1 workers are spawned, each holding 1/N
+        of the weights and KV cache; call close() (or use
+        `with LLMEngine(...) as engine`) to stop them. attention_backend: "torch" or "triton" (chapter 11's
+        kernels). Every argument is checked before anything is loaded or allocated.
         """
         block_size = check_int("block_size", block_size, min=1)
+        attention_backend_class(attention_backend)  # a bad name fails here, before anything is loaded
         num_blocks = None if num_blocks is None else check_int("num_blocks", num_blocks, min=1)
         max_num_batched_tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, min=1)
         max_num_seqs = check_int("max_num_seqs", max_num_seqs, min=1)
@@ -70,6 +75,9 @@ class LLMEngine:
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} is {flag!r}: expected True or False")
         tensor_parallel_size = check_int("tensor_parallel_size", tensor_parallel_size, min=1)
+        if attention_backend != "torch" and tensor_parallel_size > 1:  # the workers run chapter 4's attention
+            raise ValueError(f"attention_backend={attention_backend!r} with tensor_parallel_size={tensor_parallel_size}: "
+                             "the tensor-parallel workers use attention_backend='torch'")
         if speculative_config is not None and tensor_parallel_size > 1:  # the draft would need its own shards
             raise ValueError(f"speculative_config with tensor_parallel_size={tensor_parallel_size}: speculative "
                              "decoding runs with tensor_parallel_size=1 only in this book's engine")
@@ -119,7 +127,8 @@ class LLMEngine:
         self.spec_stats = SpecDecodeStats()  # totals: proposals, acceptances, target forwards, output tokens
         self.request_spec_stats: dict[str, SpecDecodeStats] = {}
         self.kv = PagedKVCache.for_model(model, num_blocks, block_size)
-        self.runner = ModelRunner(model, self.kv) if self._tp_workers is None else self._tp_workers.runner(self.kv)
+        self.runner = ModelRunner(model, self.kv, attention_backend=attention_backend) if self._tp_workers is None \
+            else self._tp_workers.runner(self.kv)
         self.scheduler = Scheduler(BlockPool(num_blocks), block_size, max_num_batched_tokens, max_num_seqs,
                                    self.max_model_len, enable_prefix_caching=enable_prefix_caching)
         self.rng = random.Random(seed)  # seeds for requests that bring none

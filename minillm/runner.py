@@ -112,7 +112,12 @@ def build_batch(items, block_size: int, vocab_size: int | None = None) -> BatchI
 class ModelRunner:
     """Runs a `Transformer` (its own weights and forward, no copy) over flat batches, K/V in a `PagedKVCache`."""
 
-    def __init__(self, model: Transformer, kv: PagedKVCache):
+    def __init__(self, model: Transformer, kv: PagedKVCache, attention_backend: str = "torch"):
+        """attention_backend: "torch" (chapter 4's PagedAttention) or "triton" (chapter 11's kernels)."""
+        from minillm.kernels import attention_backend_class
+
+        self.attention_backend = attention_backend
+        self.backend_class = attention_backend_class(attention_backend)  # checked first: a bad name changes nothing
         cfg = model.cfg
         kv_heads = getattr(model, "local_kv_heads", cfg.num_key_value_heads)  # a tensor-parallel rank's share
         if (kv.num_kv_heads, kv.head_dim, kv.num_layers) != (kv_heads, cfg.hd, cfg.num_hidden_layers):
@@ -134,7 +139,7 @@ class ModelRunner:
         if batch.block_size != self.kv.block_size:
             raise ValueError(f"the batch was built with block_size {batch.block_size!r}, but the cache's blocks hold "
                              f"{self.kv.block_size} tokens: its slot mapping would point into other requests' blocks")
-        attn = PagedAttention(self.kv, batch.block_tables, batch.seq_lens, batch.query_start_loc, batch.slot_mapping)
+        attn = self.backend_class(self.kv, batch.block_tables, batch.seq_lens, batch.query_start_loc, batch.slot_mapping)
         ids, positions, slots = (host_ints(name, getattr(batch, name))
                                  for name in ("input_ids", "positions", "slot_mapping"))
         N = attn.num_tokens

@@ -54,7 +54,14 @@ def source(*objs) -> Source:
     return Source(*objs)
 
 
+def _kernel_function(obj):
+    """A Triton kernel (`@triton.jit`, compiled or interpreted) wraps the Python function it was written as."""
+    fn = getattr(obj, "fn", None)
+    return fn if inspect.isfunction(fn) and not inspect.isroutine(obj) and not inspect.isclass(obj) else obj
+
+
 def _source_of(obj) -> str:
+    obj = _kernel_function(obj)
     try:
         code = inspect.getsource(obj)
     except (TypeError, OSError) as error:
@@ -63,7 +70,7 @@ def _source_of(obj) -> str:
 
 
 def _file_of(obj) -> str:
-    target = inspect.unwrap(obj.fget if isinstance(obj, property) else obj)
+    target = inspect.unwrap(obj.fget if isinstance(obj, property) else _kernel_function(obj))
     try:
         path = Path(inspect.getsourcefile(target) or "").resolve()
     except TypeError:

@@ -1,0 +1,59 @@
+"""kernels/ — chapter 11: the mixed step's attention and K/V cache write as Triton kernels.
+
+Triton is optional (`pip install -e '.[kernels]'`). Importing this package never imports triton; the
+modules that hold kernels (`triton_attention`, `cache_write`) do, through `load_triton()`.
+
+Where the kernels run. With a CUDA GPU, Triton compiles them. Without one, they run in Triton's
+interpreter, which executes each program in Python with numpy on CPU tensors. Triton decides which
+when a kernel is *defined* (`@triton.jit` reads TRITON_INTERPRET), so `load_triton()` sets
+TRITON_INTERPRET=1 before the kernel modules are first imported, but only on a machine without CUDA
+and only when the variable is unset: an explicit TRITON_INTERPRET=0 or =1 always wins. Setting it in
+os.environ also hands it to child processes (the exercise judge's sandboxed learner inherits it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+INSTALL_HINT = "pip install -e '.[kernels]'  (installs triton==3.9.0; `make test` does this)"
+ATTENTION_BACKENDS = ("torch", "triton")
+
+
+def triton_available() -> bool:
+    """True when triton can be imported (it is not imported here)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def load_triton():
+    """Import triton, first choosing the interpreter on a machine without CUDA; a clear error if it is missing."""
+    if not triton_available():
+        raise ImportError(f"the Triton attention backend needs the triton package, which is not installed: {INSTALL_HINT}")
+    if "TRITON_INTERPRET" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"  # before any @triton.jit runs: CPU tensors, numpy execution
+    import triton
+
+    return triton
+
+
+def interpreting() -> bool:
+    """Whether kernels defined now run in Triton's interpreter (TRITON_INTERPRET set to a true value)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def attention_backend_class(name):
+    """The class the runner builds each step's attention backend from: "torch" (chapter 4's PagedAttention)
+    or "triton" (this chapter's kernels). Anything else is refused with the accepted names."""
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend is {name!r}: expected one of {', '.join(map(repr, ATTENTION_BACKENDS))}")
+    if name == "torch":
+        from minillm.paged import PagedAttention
+
+        return PagedAttention
+    load_triton()  # says how to install triton when it is missing, and picks the interpreter without CUDA
+    from minillm.kernels.backend import TritonAttention
+
+    return TritonAttention

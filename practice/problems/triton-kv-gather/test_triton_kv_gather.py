@@ -1,0 +1,73 @@
+"""Tests for gather_k: the example, random caches and shuffled tables of any shape against torch indexing
+(bit for bit), the partial last block, an empty request, other dtypes, and the errors on bad tables."""
+
+import random
+
+import torch
+
+from grading import check_equal, check_names, check_raises
+
+
+def cache(seed, num_blocks, block_size, kv_heads, head_dim, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=g).to(dtype)
+
+
+def expected(k_cache, table, seq_len):
+    return k_cache[torch.tensor(table, dtype=torch.long)].flatten(0, 1)[:seq_len]
+
+
+def test_the_example(learner):
+    k_cache = cache(0, 6, 4, 2, 8)
+    check_equal(learner.gather_k(k_cache, [5, 0, 3], 10), expected(k_cache, [5, 0, 3], 10),
+                "gather_k(k_cache [6, 4, 2, 8], [5, 0, 3], 10)")
+
+
+def test_random_tables_and_shapes_match_torch_indexing(learner):
+    rng = random.Random(7)
+    for case in range(10):
+        block_size, kv_heads, head_dim = rng.choice([1, 2, 3, 5, 8, 16]), rng.randint(1, 4), rng.choice([4, 8, 12, 16, 24])
+        seq_len = rng.randint(1, 60)
+        need = -(-seq_len // block_size)
+        num_blocks = need + rng.randint(0, 5)
+        table = rng.sample(range(num_blocks), need)
+        k_cache = cache(case, num_blocks, block_size, kv_heads, head_dim)
+        check_equal(learner.gather_k(k_cache, table, seq_len), expected(k_cache, table, seq_len),
+                    f"gather_k(k_cache [{num_blocks}, {block_size}, {kv_heads}, {head_dim}], {table}, {seq_len})")
+
+
+def test_only_the_filled_part_of_the_last_block_is_read(learner):
+    k_cache = cache(1, 4, 8, 1, 4)
+    for seq_len in (1, 7, 8, 9, 17):
+        table = [3, 1, 0][:-(-seq_len // 8)]
+        check_equal(learner.gather_k(k_cache, table, seq_len), expected(k_cache, table, seq_len),
+                    f"gather_k(k_cache [4, 8, 1, 4], {table}, {seq_len})")
+
+
+def test_extra_blocks_in_the_table_are_ignored(learner):
+    k_cache = cache(2, 5, 4, 2, 4)
+    check_equal(learner.gather_k(k_cache, [2, 4, 1, 0], 6), expected(k_cache, [2, 4], 6),
+                "gather_k(k_cache [5, 4, 2, 4], [2, 4, 1, 0], 6): only 2 blocks are needed")
+
+
+def test_an_empty_request_gives_an_empty_tensor(learner):
+    k_cache = cache(3, 2, 4, 2, 8)
+    check_equal(learner.gather_k(k_cache, [], 0), torch.empty(0, 2, 8), "gather_k(k_cache, [], 0)")
+
+
+def test_the_caches_dtype_is_kept(learner):
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        k_cache = cache(4, 3, 2, 2, 4, dtype)
+        got = learner.gather_k(k_cache, [2, 0], 3)
+        check_equal(str(got.dtype), str(dtype), f"the dtype of gather_k on a {dtype} cache")
+        check_equal(got, expected(k_cache, [2, 0], 3), f"gather_k on a {dtype} cache")
+
+
+def test_bad_arguments_are_refused_by_name(learner):
+    k_cache = cache(5, 6, 4, 2, 8)
+    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 10, what="gather_k(k_cache, [5, 0], 10)")
+    check_names(error, 10, "the error for a table too short for 10 tokens")
+    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 6], 8, what="gather_k(k_cache, [5, 6], 8)")
+    check_names(error, 6, "the error for block 6 of a 6-block cache")
+    error = check_raises(ValueError, learner.gather_k, k_cache, [1], -1, what="gather_k(k_cache, [1], -1)")
+    check_names(error, -1, "the error for seq_len -1")
