@@ -11,9 +11,10 @@ open-loop: a Poisson process at `--request-rate` requests/s (inf: all at once), 
 request, as a real crowd of clients would not. Per request we time every streamed chunk:
 TTFT (first token), TPOT ((last - first) / (tokens - 1)) and ITL (every gap between tokens).
 
-The same workload then runs through the offline engine in this process (`LLMEngine.generate`, all
-requests queued, at most `--max-concurrency` running), so the cost of the HTTP layer is one number:
-the server's output throughput over the offline engine's.
+The same workload also runs through the offline engine in this process (`LLMEngine.generate`, all
+requests queued, at most `--max-concurrency` running), its rounds alternating with the server's
+rounds of the first rate (the server sits idle meanwhile), so the cost of the HTTP layer is one
+number: the server's output throughput over the offline engine's.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -80,7 +82,8 @@ async def one_request(client, model: str, prompt: list[int], max_tokens: int) ->
 
 
 async def run_load(base_url: str, model: str, prompts, max_tokens: int, rate: float, max_concurrency: int,
-                   seed: int, api_key: str | None, progress: bool = True) -> tuple[list[RequestResult], float]:
+                   seed: int, api_key: str | None, progress: bool = True,
+                   warmup: bool = True) -> tuple[list[RequestResult], float]:
     """Send every prompt (Poisson arrivals at `rate`, at most max_concurrency in flight); (results, seconds)."""
     import openai
     from tqdm.auto import tqdm
@@ -96,7 +99,13 @@ async def run_load(base_url: str, model: str, prompts, max_tokens: int, rate: fl
         bar.update(1)
         return r
 
-    await one_request(client, model, prompts[0], 2)  # warm-up: connections, first-call costs
+    if warmup:  # one unmeasured round of the same shapes: first calls of torch kernels are slow on CPU
+        warm = asyncio.Semaphore(max_concurrency)
+
+        async def unmeasured(p):
+            async with warm:
+                return await one_request(client, model, p, max_tokens)
+        await asyncio.gather(*(unmeasured(p) for p in prompts[:2 * max_concurrency]))
     start = time.perf_counter()
     tasks = []
     for p in prompts:
@@ -147,13 +156,20 @@ def print_summary(rate: float, concurrency: int, row: dict, offline: float | Non
     print(line)
 
 
-def run_offline(model_path: Path, prompts, max_tokens: int, max_num_seqs: int) -> float:
-    """Output tokens/s of LLMEngine.generate on the same prompts (after one warm-up request)."""
+def make_offline_engine(model_path: Path, prompts, max_tokens: int, max_num_seqs: int):
+    """The offline engine the server's numbers are compared with, warmed up like the server."""
     from minillm.engine import LLMEngine
     from minillm.sampling import SamplingParams
 
     engine = LLMEngine(model_path, max_num_seqs=max_num_seqs, max_num_batched_tokens=512)
-    engine.generate([prompts[0]], SamplingParams(max_tokens=2, ignore_eos=True), progress=False)
+    engine.generate(prompts[:2 * max_num_seqs], SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
+    return engine
+
+
+def run_offline(engine, prompts, max_tokens: int) -> float:
+    """Output tokens/s of LLMEngine.generate on the same prompts, all queued at once."""
+    from minillm.sampling import SamplingParams
+
     t = time.perf_counter()
     outs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
     seconds = time.perf_counter() - t
@@ -173,7 +189,9 @@ class LaunchedServer:
         self.port = free_port()
         cmd = [sys.executable, "-m", "minillm", "serve", "--port", str(self.port), "--max-num-seqs", str(max_num_seqs)]
         cmd += (["--model", str(model)] if model is not None else []) + (["--api-key", api_key] if api_key else [])
-        self.proc = subprocess.Popen(cmd + list(extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # the log goes to a file, not a pipe: a pipe nobody reads would stall the server once it fills
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd + list(extra), stdout=self.log, stderr=subprocess.STDOUT, text=True)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 120.0) -> "LaunchedServer":
@@ -182,7 +200,7 @@ class LaunchedServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}: {self.proc.stdout.read()}")
+                raise RuntimeError(f"the server exited with {self.proc.returncode}: {self.output()}")
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return self
@@ -200,8 +218,11 @@ class LaunchedServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+
+    def output(self) -> str:
+        """What the server printed so far."""
+        self.log.seek(0)
+        return self.log.read()
 
     def __enter__(self):
         return self.wait_ready()
@@ -228,22 +249,31 @@ def main(args) -> int:
         print(f"launched `python -m minillm serve --model {model}` on {server.url}")
     else:
         base = args.base_url
-    rows = []
+    rows, offline_runs, offline = [], [], None
     try:
-        for rate in args.request_rate:
-            results, seconds = asyncio.run(run_load(base, name, prompts, args.random_output_len, rate,
-                                                    args.max_concurrency, args.seed, args.api_key))
-            rows.append({"request_rate": rate, **summarize(results, seconds, args.random_input_len)})
+        engine = make_offline_engine(Path(model), prompts, args.random_output_len, args.max_concurrency) \
+            if args.offline else None
+        for i, rate in enumerate(args.request_rate):
+            runs = []
+            for r in range(args.repeats):
+                results, seconds = asyncio.run(run_load(base, name, prompts, args.random_output_len, rate,
+                                                        args.max_concurrency, args.seed, args.api_key,
+                                                        warmup=i == 0 and r == 0))
+                runs.append({"request_rate": rate, **summarize(results, seconds, args.random_input_len)})
+                if engine is not None and i == 0:  # alternate with the server's rounds: drift hits both alike
+                    offline_runs.append(run_offline(engine, prompts, args.random_output_len))
+            rows.append(sorted(runs, key=lambda row: row["output_throughput"])[len(runs) // 2])  # the median round
     finally:
         if server is not None:
             server.stop()
-    offline = run_offline(Path(model), prompts, args.random_output_len, args.max_concurrency) if args.offline else None
+    if offline_runs:
+        offline = statistics.median(offline_runs)
     for row in rows:
         print_summary(row["request_rate"], args.max_concurrency, row, offline)
     if args.save:
         info = {"model": str(model), "num_prompts": args.num_prompts, "input_len": args.random_input_len,
                 "output_len": args.random_output_len, "max_concurrency": args.max_concurrency,
-                "offline_output_throughput": offline, "cpu_count": os.cpu_count(),
+                "offline_output_throughput": offline, "offline_rounds": offline_runs, "repeats": args.repeats, "cpu_count": os.cpu_count(),
                 "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
         args.save.parent.mkdir(parents=True, exist_ok=True)
         args.save.write_text(json.dumps({"workload": info, "runs": rows}, indent=1, default=str))

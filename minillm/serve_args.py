@@ -76,6 +76,8 @@ def add_bench_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-rate", type=rate_list, default=[math.inf],
                    help="Poisson arrival rate(s) in requests/s, comma-separated for a sweep (default: inf)")
     p.add_argument("--seed", type=int_arg(min=0), default=0)
+    p.add_argument("--repeats", type=int_arg(min=1), default=1,
+                   help="timed rounds per rate, the median reported (the offline engine's alternate with the first rate's)")
     p.add_argument("--no-offline", dest="offline", action="store_false",
                    help="skip the offline engine's run of the same workload")
     p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON")

@@ -12,7 +12,8 @@ template first), checks the length against the model's context, and submits the 
 AsyncEngine. A non-streamed request waits for its last delta and answers with the whole text; a
 streamed one answers with server-sent events, one `data: {chunk}` per step that produced text, and
 `data: [DONE]`. When a streaming client goes away, Starlette cancels the response's generator, and
-its `finally` aborts the request: its blocks are free before the next step.
+its `finally` aborts the request: its blocks are free before the next step. A non-streamed request
+watches for the disconnect itself (`_unless_disconnected`) and aborts the same way.
 
 The handler's tokenizer is a second copy of the engine's: Hugging Face's fast tokenizers are not
 safe to call from two threads at once, and the engine thread decodes while handlers encode.
@@ -20,6 +21,7 @@ safe to call from two threads at once, and the engine thread decodes while handl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import secrets
@@ -52,6 +54,25 @@ class _EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self.body_iterator.aclose()
+
+
+async def _until_disconnect(request: Request) -> None:
+    """Return when the client has gone away (the ASGI server sends "http.disconnect")."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work):
+    """Run `work` (a coroutine) but cancel it if the client leaves first; None then. Like vLLM's
+    `with_cancellation` (vllm/entrypoints/utils.py): a non-streamed request whose client has gone
+    must not keep its blocks and steps until max_tokens."""
+    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(_until_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        return task.result() if task in done else None
+    finally:
+        for t in (task, watch):
+            t.cancel()
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -173,7 +194,7 @@ def create_app(engine: LLMEngine, model_name: str, api_key: str | None = None, c
         return _EventStream(body(), media_type="text/event-stream")
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest):
+    async def completions(req: CompletionRequest, request: Request):
         check_model(req.model)
         try:
             ids = prompt_ids(req.prompt, tokenizer, engine.model.cfg.vocab_size)
@@ -183,15 +204,17 @@ def create_app(engine: LLMEngine, model_name: str, api_key: str | None = None, c
         stream, first = await run(req, ids, rid)
         tids = req.return_token_ids
         if not req.stream:
-            text, token_ids, last = "", [], None
-            try:
+            async def collect():
+                text, token_ids, last = "", [], None
                 async for d in deltas(stream, first):
                     text, last = text + d.text, d
                     token_ids += d.token_ids
+                return completion_body(rid, req.model, text, last.finish_reason, last.num_prompt_tokens,
+                                       last.num_output_tokens, token_ids if tids else None)
+            try:
+                return await _unless_disconnected(request, collect())
             finally:
-                stream.abort()  # a no-op once finished; frees the blocks if this handler was cancelled
-            return completion_body(rid, req.model, text, last.finish_reason, last.num_prompt_tokens,
-                                   last.num_output_tokens, token_ids if tids else None)
+                stream.abort()  # a no-op once finished; frees the blocks if the client left
 
         async def chunks():
             last = None
@@ -207,7 +230,7 @@ def create_app(engine: LLMEngine, model_name: str, api_key: str | None = None, c
         return sse(chunks())
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest):
+    async def chat_completions(req: ChatCompletionRequest, request: Request):
         check_model(req.model)
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise RequestError(400, "this model has no chat template (tokenizer_config.json has no chat_template): "
@@ -219,13 +242,16 @@ def create_app(engine: LLMEngine, model_name: str, api_key: str | None = None, c
         stream, first = await run(req, ids, rid)
         tids = req.return_token_ids
         if not req.stream:
-            out, last = "", None
-            try:
+            async def collect():
+                out, last = "", None
                 async for d in deltas(stream, first):
                     out, last = out + d.text, d
+                return chat_body(rid, req.model, out, last.finish_reason, last.num_prompt_tokens,
+                                 last.num_output_tokens)
+            try:
+                return await _unless_disconnected(request, collect())
             finally:
                 stream.abort()
-            return chat_body(rid, req.model, out, last.finish_reason, last.num_prompt_tokens, last.num_output_tokens)
 
         async def chunks():
             last = None
