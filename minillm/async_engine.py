@@ -115,14 +115,16 @@ class AsyncEngine:
         self.thread.start()
 
     # ---- called from the event loop ----------------------------------------------------------------
-    async def submit(self, prompt_ids: list[int], params: SamplingParams, stop=(), request_id: str = "") -> RequestStream:
+    async def submit(self, prompt_ids: list[int], params: SamplingParams, stop=(), request_id: str = "",
+                     cache_salt: str | None = None) -> RequestStream:
         """Queue a request; returns its stream at once. A refused request's stream yields one error delta."""
         if self.error is not None or not self.thread.is_alive():
             raise RuntimeError(f"the engine thread has stopped: {self.error!r}")
         out: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         stopper = StopStringMatcher(stop)  # checked here, so a bad stop fails in the handler
-        self.commands.put(("add", request_id, list(prompt_ids), params, stopper, out, loop))
+        prompt = {"prompt_token_ids": list(prompt_ids), "cache_salt": cache_salt} if cache_salt else list(prompt_ids)
+        self.commands.put(("add", request_id, prompt, params, stopper, out, loop))
         return RequestStream(self, request_id, out)
 
     def abort(self, request_id: str) -> None:
@@ -168,12 +170,13 @@ class AsyncEngine:
 
     def _apply(self, cmd) -> None:
         if cmd[0] == "add":
-            _, rid, ids, params, stopper, out, loop = cmd
+            _, rid, prompt, params, stopper, out, loop = cmd
             tok = self.engine.tokenizer
-            req = _Request(rid, len(ids), IncrementalDetokenizer(tok) if tok is not None else None, stopper, out)
+            num_prompt = len(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else len(prompt)
+            req = _Request(rid, num_prompt, IncrementalDetokenizer(tok) if tok is not None else None, stopper, out)
             req.loop = loop
             try:
-                self.engine.add_request(ids, params, request_id=rid)
+                self.engine.add_request(prompt, params, request_id=rid)
             except ValueError as e:  # the engine refuses it (too long for the pool, a repeated id): a 400
                 self._send(req, RequestDelta("", [], error=str(e)))
                 return

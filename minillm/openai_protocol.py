@@ -7,9 +7,10 @@ a list of errors that name the field; `error_body` turns one into OpenAI's error
                "invalid_request_error", "param": "temperature", "code": 400}}
 
 Fields the engine cannot honour are refused with a 400 rather than ignored (`n` > 1, logprobs, tools),
-and so are fields OpenAI does not define (a typo must not pass silently). Two of vLLM's extensions are
-accepted: `top_k` and `ignore_eos`, and `return_token_ids` (each streamed chunk then carries the ids it
-covers, which is how `bench-serve` counts tokens on a model without a tokenizer).
+and so are fields OpenAI does not define (a typo must not pass silently). A few of vLLM's extensions
+are accepted: `top_k`, `ignore_eos`, `stop_token_ids`, `cache_salt` (chapter 7's prefix-cache salt) and
+`return_token_ids` (each chunk then carries the ids it covers, which is how `bench-serve` counts
+tokens on a model without a tokenizer).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class SamplingFields(BaseModel):
     n: StrictInt = Field(1, ge=1, le=1)  # one choice per request here
     user: Optional[StrictStr] = None
     return_token_ids: StrictBool = False
+    cache_salt: Optional[StrictStr] = Field(None, min_length=1)  # vLLM's: only requests with the same salt share cached blocks
 
     @field_validator("stop")
     @classmethod

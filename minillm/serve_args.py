@@ -51,12 +51,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
     p.add_argument("--max-num-seqs", type=int_arg(min=1), default=16)
     p.add_argument("--max-num-batched-tokens", type=int_arg(min=1), default=512)
+    p.add_argument("--enable-prefix-caching", action="store_true", help="chapter 7's prefix cache (cache_salt works then)")
 
     def run(args) -> int:
         from minillm.server import serve
 
         serve(args.model, args.host, args.port, args.api_key, args.served_model_name, args.max_num_seqs,
-              args.max_num_batched_tokens)
+              args.max_num_batched_tokens, args.enable_prefix_caching)
         return 0
     p.set_defaults(func=run)
 

@@ -166,7 +166,7 @@ def create_app(engine: LLMEngine, model_name: str, api_key: str | None = None, c
         """Submit and wait for the first delta, so a refused request is still a 400, not a broken stream."""
         check_length(ids, req)
         params = req.sampling_params(engine.get_default_sampling_params())
-        stream = await front.submit(ids, params, req.stop_strings, request_id=rid)
+        stream = await front.submit(ids, params, req.stop_strings, request_id=rid, cache_salt=req.cache_salt)
         try:
             first = await stream.__anext__()
         except BaseException:
@@ -274,14 +274,15 @@ def create_app(engine: LLMEngine, model_name: str, api_key: str | None = None, c
 
 def serve(model: str | Path | None = None, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
           served_model_name: str | None = None, max_num_seqs: int = 16, max_num_batched_tokens: int = 512,
-          log_level: str = "warning") -> None:
+          enable_prefix_caching: bool = False, log_level: str = "warning") -> None:
     """Load the model, build the app and run it with uvicorn until Ctrl-C (or SIGTERM)."""
     import uvicorn
 
     from minillm.checkpoints import default_model_path
 
     path = Path(model) if model is not None else default_model_path()
-    engine = LLMEngine(path, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    engine = LLMEngine(path, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                       enable_prefix_caching=enable_prefix_caching)
     name = served_model_name or path.name
     app = create_app(engine, name, api_key)
     print(f"minillm serve: {name} ({path}) on http://{host}:{port}/v1"

@@ -174,6 +174,7 @@ BAD = [  # (path, body changes, status, the field the message must name)
     ("completions", {"prompt": [1] * 5000}, 400, "prompt"),  # longer than the model's context
     ("completions", {"max_tokens": 4096}, 400, "max_tokens"),  # fits alone, not with the prompt
     ("completions", {"stream": "yes"}, 400, "stream"),
+    ("completions", {"cache_salt": ""}, 400, "cache_salt"),
     ("completions", {"frequency_penalty_typo": 1}, 400, "frequency_penalty_typo"),
     ("completions", {"model": "gpt-9"}, 404, "model"),
     ("chat/completions", {"messages": []}, 400, "messages"),
