@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,7 +136,7 @@ def summarize(results: list[RequestResult], seconds: float, input_len: int) -> d
     return row
 
 
-def print_summary(rate: float, concurrency: int, row: dict, offline: float | None) -> None:
+def print_summary(rate: float, concurrency: int, row: dict, offline: dict | None) -> None:
     line = "=" * 56
     print(f"{line}\n serving benchmark: request rate {rate:g} req/s, max concurrency {concurrency}\n{line}")
     print(f"{'successful requests:':<36}{row['completed']:>12}")
@@ -145,8 +146,13 @@ def print_summary(rate: float, concurrency: int, row: dict, offline: float | Non
     print(f"{'request throughput (req/s):':<36}{row['request_throughput']:>12.2f}")
     print(f"{'output token throughput (tok/s):':<36}{row['output_throughput']:>12.1f}")
     if offline is not None:
-        print(f"{'  offline engine, same workload:':<36}{offline:>12.1f}   "
-              f"(server / offline = {row['output_throughput'] / offline:.2f})")
+        print(f"{'  offline engine, same workload:':<36}{offline['output_throughput']:>12.1f}   "
+              f"(server / offline = {row['output_throughput'] / offline['output_throughput']:.2f})")
+    if "engine_steps" in row:
+        print(f"{'engine steps, median step (ms):':<36}{row['engine_steps']:>12}{row['engine_step_ms_p50']:>9.1f}"
+              f"   (busy {row['engine_busy']:.0%} of the run)")
+        if offline is not None:
+            print(f"{'  offline engine:':<36}{offline['engine_steps']:>12}{offline['engine_step_ms_p50']:>9.1f}")
     print(f"{'total token throughput (tok/s):':<36}{row['total_token_throughput']:>12.1f}")
     for name, title in (("ttft_ms", "time to first token"), ("tpot_ms", "time per output token"),
                         ("itl_ms", "inter-token latency")):
@@ -156,24 +162,69 @@ def print_summary(rate: float, concurrency: int, row: dict, offline: float | Non
     print(line)
 
 
+def in_a_thread(fn, *args):
+    """fn(*args) run in a new thread, as the server runs its engine: the two then differ only in the HTTP layer.
+
+    It matters on a loaded machine: with more runnable threads than cores, torch's OpenMP work called from
+    a process's main thread was measured several times slower per step than the same work from another
+    thread (1.9 s against 0.26 s for a decode step of 8 on the bench model, 2 shared cores, load 10)."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+    t = threading.Thread(target=run, name="minillm-offline")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def make_offline_engine(model_path: Path, prompts, max_tokens: int, max_num_seqs: int):
-    """The offline engine the server's numbers are compared with, warmed up like the server."""
+    """The offline engine the server's numbers are compared with, configured and warmed up like the server's."""
     from minillm.engine import LLMEngine
     from minillm.sampling import SamplingParams
 
     engine = LLMEngine(model_path, max_num_seqs=max_num_seqs, max_num_batched_tokens=512)
-    engine.generate(prompts[:2 * max_num_seqs], SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    in_a_thread(lambda: engine.generate(prompts[:2 * max_num_seqs], params, progress=False))
     return engine
 
 
-def run_offline(engine, prompts, max_tokens: int) -> float:
-    """Output tokens/s of LLMEngine.generate on the same prompts, all queued at once."""
+def run_offline(engine, prompts, max_tokens: int) -> tuple[float, list[float]]:
+    """(output tokens/s, each step's seconds) of the engine on the same prompts, all queued at once, in
+    an engine thread; the same loop as `generate`, with each step timed."""
     from minillm.sampling import SamplingParams
 
-    t = time.perf_counter()
-    outs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
-    seconds = time.perf_counter() - t
-    return sum(len(o.token_ids) for o in outs) / seconds
+    def timed():
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        start = time.perf_counter()
+        for p in prompts:
+            engine.add_request(p, params)
+        steps, produced = [], 0
+        while engine.has_unfinished():
+            t = time.perf_counter()
+            produced += len(engine.step())
+            steps.append(time.perf_counter() - t)
+        return produced / (time.perf_counter() - start), steps
+    return in_a_thread(timed)
+
+
+def server_steps(root_url: str, since: int, api_key: str | None = None) -> list[float]:
+    """The seconds of every step the server ran after step `since` (from its /step_log)."""
+    import httpx
+
+    log = httpx.get(root_url + "/step_log", params={"last": 100_000}, timeout=30).json()["steps"]
+    return [s["seconds"] for s in log if s["step"] > since]
+
+
+def num_server_steps(root_url: str) -> int:
+    import httpx
+
+    return httpx.get(root_url + "/stats", timeout=30).json()["num_steps"]
 
 
 def free_port() -> int:
@@ -253,27 +304,37 @@ def main(args) -> int:
     try:
         engine = make_offline_engine(Path(model), prompts, args.random_output_len, args.max_concurrency) \
             if args.offline else None
+        root = base[:-3] if base.endswith("/v1") else base
         for i, rate in enumerate(args.request_rate):
             runs = []
             for r in range(args.repeats):
+                if i == 0 and r == 0:  # one unmeasured round first, for the server's first-call costs
+                    asyncio.run(run_load(base, name, prompts[:2 * args.max_concurrency], args.random_output_len,
+                                         math.inf, args.max_concurrency, args.seed, args.api_key, progress=False,
+                                         warmup=False))
+                since = num_server_steps(root)
                 results, seconds = asyncio.run(run_load(base, name, prompts, args.random_output_len, rate,
-                                                        args.max_concurrency, args.seed, args.api_key,
-                                                        warmup=i == 0 and r == 0))
-                runs.append({"request_rate": rate, **summarize(results, seconds, args.random_input_len)})
+                                                        args.max_concurrency, args.seed, args.api_key, warmup=False))
+                steps = server_steps(root, since)
+                runs.append({"request_rate": rate, **summarize(results, seconds, args.random_input_len),
+                             "engine_steps": len(steps), "engine_step_ms_p50": percentile(steps, 50) * 1e3,
+                             "engine_busy": sum(steps) / seconds})
                 if engine is not None and i == 0:  # alternate with the server's rounds: drift hits both alike
-                    offline_runs.append(run_offline(engine, prompts, args.random_output_len))
+                    tps, off_steps = run_offline(engine, prompts, args.random_output_len)
+                    offline_runs.append({"output_throughput": tps, "engine_steps": len(off_steps),
+                                         "engine_step_ms_p50": percentile(off_steps, 50) * 1e3})
             rows.append(sorted(runs, key=lambda row: row["output_throughput"])[len(runs) // 2])  # the median round
     finally:
         if server is not None:
             server.stop()
     if offline_runs:
-        offline = statistics.median(offline_runs)
-    for row in rows:
-        print_summary(row["request_rate"], args.max_concurrency, row, offline)
+        offline = sorted(offline_runs, key=lambda o: o["output_throughput"])[len(offline_runs) // 2]
+    for i, row in enumerate(rows):  # the offline engine ran next to the first rate's rounds only
+        print_summary(row["request_rate"], args.max_concurrency, row, offline if i == 0 else None)
     if args.save:
         info = {"model": str(model), "num_prompts": args.num_prompts, "input_len": args.random_input_len,
                 "output_len": args.random_output_len, "max_concurrency": args.max_concurrency,
-                "offline_output_throughput": offline, "offline_rounds": offline_runs, "repeats": args.repeats, "cpu_count": os.cpu_count(),
+                "offline": offline, "offline_rounds": offline_runs, "repeats": args.repeats, "cpu_count": os.cpu_count(),
                 "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
         args.save.parent.mkdir(parents=True, exist_ok=True)
         args.save.write_text(json.dumps({"workload": info, "runs": rows}, indent=1, default=str))
