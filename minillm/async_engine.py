@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from minillm.detokenizer import IncrementalDetokenizer
 from minillm.engine import LLMEngine

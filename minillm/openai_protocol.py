@@ -48,7 +48,7 @@ class SamplingFields(BaseModel):
     n: StrictInt = Field(1, ge=1, le=1)  # one choice per request here
     user: Optional[StrictStr] = None
     return_token_ids: StrictBool = False
-    cache_salt: Optional[StrictStr] = Field(None, min_length=1)  # vLLM's: only requests with the same salt share cached blocks
+    cache_salt: Optional[StrictStr] = Field(None, min_length=1)  # vLLM's: only equal salts share cached blocks
 
     @field_validator("stop")
     @classmethod

@@ -51,7 +51,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
     p.add_argument("--max-num-seqs", type=int_arg(min=1), default=16)
     p.add_argument("--max-num-batched-tokens", type=int_arg(min=1), default=512)
-    p.add_argument("--enable-prefix-caching", action="store_true", help="chapter 7's prefix cache (cache_salt works then)")
+    p.add_argument("--enable-prefix-caching", action="store_true",
+                   help="chapter 7's prefix cache (cache_salt works then)")
 
     def run(args) -> int:
         from minillm.server import serve
@@ -78,7 +79,7 @@ def add_bench_serve_args(p: argparse.ArgumentParser) -> None:
                    help="Poisson arrival rate(s) in requests/s, comma-separated for a sweep (default: inf)")
     p.add_argument("--seed", type=int_arg(min=0), default=0)
     p.add_argument("--repeats", type=int_arg(min=1), default=1,
-                   help="timed rounds per rate, the median reported (the offline engine's alternate with the first rate's)")
+                   help="timed rounds per rate, the median reported (offline rounds alternate with the first rate's)")
     p.add_argument("--no-offline", dest="offline", action="store_false",
                    help="skip the offline engine's run of the same workload")
     p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON")

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from minillm.bench_serve import LaunchedServer
+from minillm.server_process import LaunchedServer
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
 
