@@ -1,4 +1,5 @@
-"""cli.py — `python -m minillm {demo,doctor,check,bench}`; `check --tp N` runs chapter 10's tensor-parallel check."""
+"""cli.py — `python -m minillm {demo,doctor,check,bench,serve,bench-serve}`; `check --tp N` runs chapter 10's
+tensor-parallel check, `check --attention triton` chapter 11's kernels."""
 
 from __future__ import annotations
 
@@ -257,6 +258,12 @@ def main(argv=None) -> int:
                    help="tensor-parallel size: compare N processes with one on the mixed batch (default: 1, off)")
     p.set_defaults(func=check)
     sub.add_parser("bench", help="throughput vs concurrency (see benchmarks/; `bench --help` for its options)")
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over the engine (chapter 8)")
+    from minillm.serve_args import add_serve_args, add_bench_serve_args
+
+    add_serve_args(p)
+    p = sub.add_parser("bench-serve", help="load-test a server with the openai client: TTFT, TPOT, ITL (chapter 8)")
+    add_bench_serve_args(p)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # bench parses its own options (argparse.REMAINDER drops leading "--flags")
         from minillm.bench import main as bench_main

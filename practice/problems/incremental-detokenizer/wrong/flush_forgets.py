@@ -1,0 +1,27 @@
+"""Wrong: flush drops what is held back.
+
+Caught by: test_flush_releases_bytes_that_never_became_a_character.
+"""
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.token_ids = []
+        self.prefix_offset = 0  # the decode window starts here
+        self.read_offset = 0  # tokens before this one were released as text
+
+    def add(self, token_id: int) -> str:
+        """The new text this token completes (possibly ""); never an unfinished character."""
+        self.token_ids.append(token_id)
+        before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        if len(window) <= len(before) or window.endswith("\ufffd"):
+            return ""
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
+        return window[len(before):]
+
+    def flush(self) -> str:
+        """The request ended: whatever is still held back, as decode shows it."""
+        self.prefix_offset = self.read_offset = len(self.token_ids)
+        return ""
