@@ -3,7 +3,7 @@
     front = AsyncEngine(engine)                         # starts the engine thread
     stream = await front.submit(prompt_ids, params, stop=["\\n"])
     async for delta in stream:                          # RequestDelta: text, token ids, finish_reason
-        ...
+        print(delta.text, end="")
     front.shutdown()
 
 The engine is plain synchronous Python and not thread-safe, so exactly one thread touches it: the

@@ -150,6 +150,25 @@ def machine() -> dict:
                 python=platform.python_version(), system=platform.system())
 
 
+def fill_defaults(args: argparse.Namespace, quick: dict, full: dict) -> argparse.Namespace:
+    """--quick fills in only the options the reader did not pass; a full run fills the rest."""
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def model_path(args: argparse.Namespace) -> Path:
+    """--model if given; else the tiny default model for --quick, the generated bench model otherwise."""
+    if args.model:
+        return Path(args.model)
+    if args.quick:
+        from minillm.checkpoints import default_model_path
+
+        return default_model_path()
+    return bench_model_path()
+
+
 def load_average() -> float | None:
     """The 1-minute load average: above the core count, other programs were competing for the CPU."""
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
@@ -198,10 +217,7 @@ def parse_args(argv):
     if argv[:1] == ["--"]:  # `python -m minillm bench -- --quick`: the separator some shells need
         argv = argv[1:]
     args = p.parse_args(argv)
-    for name, value in (QUICK_RUN if args.quick else FULL_RUN).items():
-        if getattr(args, name) is None:  # --quick fills in only what the reader did not pass
-            setattr(args, name, value)
-    return args
+    return fill_defaults(args, QUICK_RUN, FULL_RUN)
 
 
 def main(argv=None) -> int:
@@ -220,14 +236,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     levels = sorted(set(args.concurrency) | {1})
     lo, hi = args.prompt_lens
-    if args.model:
-        path = Path(args.model)
-    elif args.quick:
-        from minillm.checkpoints import default_model_path
-
-        path = default_model_path()
-    else:
-        path = bench_model_path()
+    path = model_path(args)
     model = Transformer.from_pretrained(path)
     cfg = model.cfg
     prompts = make_workload(args.requests, (lo, hi), cfg.vocab_size, args.seed)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from minillm.bench import BLOCK_SIZE, bench_model_path, load_average, machine
+from minillm.bench import BLOCK_SIZE, fill_defaults, load_average, machine, model_path
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import num_blocks_for
@@ -90,10 +90,7 @@ def parse_args(argv):
     p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON to this path (checked first)")
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
     args = p.parse_args(argv)
-    for name, value in (QUICK_RUN if args.quick else FULL_RUN).items():
-        if getattr(args, name) is None:  # --quick fills in only what the reader did not pass
-            setattr(args, name, value)
-    return args
+    return fill_defaults(args, QUICK_RUN, FULL_RUN)
 
 
 def main(argv=None) -> int:
@@ -101,14 +98,7 @@ def main(argv=None) -> int:
     load_before = load_average()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.model:
-        path = Path(args.model)
-    elif args.quick:
-        from minillm.checkpoints import default_model_path
-
-        path = default_model_path()
-    else:
-        path = bench_model_path()
+    path = model_path(args)
     model = Transformer.from_pretrained(path)
     cfg = model.cfg
     if args.speculative == "draft" and args.draft_layers > cfg.num_hidden_layers:

@@ -2,7 +2,7 @@
 
     with LaunchedServer(model_path) as server:      # waits for /health
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
-        ...
+        print([m.id for m in client.models.list()])
                                                      # stopped here, whatever happened
 
 bench-serve's --launch, the serving tests and chapter 8 start their servers this way, so every
