@@ -46,6 +46,15 @@ class Sequence:
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
+    def append_output(self, token: int) -> bool:
+        """Append one sampled token; True (with finish_reason set) if it ends the request."""
+        self.output_ids.append(token)
+        if token in self.stop_token_ids:
+            self.finish_reason = "stop"
+        elif len(self.output_ids) >= self.params.max_tokens:
+            self.finish_reason = "length"
+        return self.finish_reason is not None
+
     def tokens(self, start: int, end: int) -> list[int]:
         """Token ids [start, end) of prompt + output, without building the whole list."""
         P = len(self.prompt_ids)
@@ -207,13 +216,7 @@ class Scheduler:
             self.kv.cache_full_blocks(seq)  # blocks now full of computed tokens become findable
             if not chunk.need_logits:
                 continue  # a prompt chunk short of the end: nothing to sample yet
-            token = as_int(sampled[chunk.request_id])
-            seq.output_ids.append(token)
-            if token in seq.stop_token_ids:
-                seq.finish_reason = "stop"
-            elif len(seq.output_ids) >= seq.params.max_tokens:
-                seq.finish_reason = "length"
-            else:
+            if not seq.append_output(as_int(sampled[chunk.request_id])):
                 continue
             self._retire(seq)
             finished.append(seq)
@@ -249,14 +252,8 @@ class Scheduler:
         """Append a verify's tokens one by one (a stop token or max_tokens ends the run early), roll
         num_computed back to the accepted tokens, free blocks past them. True if seq finished."""
         for j, token in enumerate(tokens):
-            seq.output_ids.append(as_int(token))
-            if token in seq.stop_token_ids:
-                seq.finish_reason = "stop"
-            elif len(seq.output_ids) >= seq.params.max_tokens:
-                seq.finish_reason = "length"
-            else:
-                continue
-            break
+            if seq.append_output(as_int(token)):
+                break
         # K/V are right for the last token and the accepted proposals: positions < num_computed + len(appended).
         # The rejected ones' slots are simply overwritten later; with prefix caching nothing past num_computed is filed.
         seq.num_computed = chunk.num_computed + j + 1
