@@ -24,6 +24,9 @@ from oskit import recv_line, send_line
 from protocol import MAX_STDOUT, STACK_WAIT
 from remote import GraderEndpoint, LearnerDied, LoadFailed, TimeLimitExceeded, set_deadline
 
+ASK_EVERY = 0.25  # seconds between two "where are you?" signals to a looping process
+STDERR_KEPT = 20000  # chars of the learner's stderr kept for stacks and crash messages
+
 
 class Zygote:
     """sandbox.py's forking server, forked off the grader after torch was imported: no second import."""
@@ -88,7 +91,7 @@ class RemoteLearner:
             theirs.close()
             os.close(err_write)
         self.ep = GraderEndpoint(mine, self)
-        self.stderr = ""
+        self.stderr, self._received, self._lock = "", 0, threading.Lock()  # the tail of its stderr; chars ever read
         self._reader = threading.Thread(target=self._drain, args=(err_read,), daemon=True)
         self._reader.start()
         self.alive, self.module = True, None
@@ -96,7 +99,14 @@ class RemoteLearner:
     def _drain(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as f:
             for chunk in iter(lambda: f.read1(65536), b""):
-                self.stderr = (self.stderr + chunk.decode(errors="replace"))[-20000:]
+                text = chunk.decode(errors="replace")
+                with self._lock:
+                    self.stderr, self._received = (self.stderr + text)[-STDERR_KEPT:], self._received + len(text)
+
+    def _stderr_since(self, mark: int) -> str:
+        """What the process wrote to stderr after `mark` chars had been read (as much of it as is kept)."""
+        with self._lock:
+            return self.stderr[max(0, len(self.stderr) - (self._received - mark)):]
 
     def load(self, seconds: float):
         """Wait for the import of the reader's file; its module proxy, or LoadFailed saying why."""
@@ -134,19 +144,33 @@ class RemoteLearner:
         return module
 
     def where(self) -> list[dict]:
-        """Ask the running process where it is (faulthandler prints its stack); frames of the reader's file."""
-        before = len(self.stderr)
-        try:
-            os.kill(self.pid, signal.SIGUSR1)
-        except OSError:
-            return []
-        end, frames = time.monotonic() + STACK_WAIT, []
-        while time.monotonic() < end and not frames:  # the innermost frame of the reader's file, once printed
-            time.sleep(0.02)
-            frames = [{"file": file, "line": int(line), "code": linecache.getline(file, int(line)).strip()}
-                      for file, line in re.findall(r'File "(.+?)", line (\d+)', self.stderr[before:])
-                      if os.path.abspath(file) in self.paths]
-        return frames[:1]  # faulthandler lists the innermost frame first
+        """Ask the running process where it is (faulthandler prints its stacks); the innermost frame of the
+        reader's file. Asked again every ASK_EVERY s: a process that had not yet reached the reader's code
+        (a slow first call on a loaded machine) gets there, and a stack printed by a thread that was not
+        running it says nothing."""
+        end = time.monotonic() + STACK_WAIT
+        while time.monotonic() < end:
+            with self._lock:
+                mark = self._received
+            try:
+                os.kill(self.pid, signal.SIGUSR1)
+            except OSError:
+                return []
+            again = min(end, time.monotonic() + ASK_EVERY)
+            while time.monotonic() < again:
+                time.sleep(0.02)
+                frames = self._reader_frames(self._stderr_since(mark))
+                if frames:
+                    return frames[:1]
+        return []
+
+    def _reader_frames(self, dump: str) -> list[dict]:
+        """Frames of the reader's files in faulthandler's dump, innermost first; the signalled thread's first."""
+        threads = re.split(r"^(?=(?:Current thread|Thread) 0x)", dump, flags=re.M)
+        threads.sort(key=lambda block: not block.startswith("Current thread"))
+        return [{"file": file, "line": int(line), "code": linecache.getline(file, int(line)).strip()}
+                for block in threads for file, line in re.findall(r'File "(.+?)", line (\d+)', block)
+                if os.path.abspath(file) in self.paths]
 
     def timed_out(self) -> TimeLimitExceeded:
         frames = self.where()

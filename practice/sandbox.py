@@ -178,7 +178,8 @@ def run_learner(sock_fd: int, err_fd: int, path: str, name: str) -> None:
     sys.stdin, sys.stdout = io.StringIO(), io.StringIO()
     sys.stderr = os.fdopen(2, "w", buffering=1)
     faulthandler.enable(file=sys.stderr)  # a crash prints where it happened
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)  # the grader's "where are you?"
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # the grader's "where are you?"
+    # (every thread's stack: the signal may land on a thread other than the one running the reader's code)
     sys.dont_write_bytecode = True
     sock = socket.socket(fileno=sock_fd)
     ep = LearnerEndpoint(sock, path)

@@ -148,8 +148,22 @@ def test_endless_loop_times_out_with_a_clear_message(judge, tmp_path):
     out = result.stdout
     assert "TIME  test_counts_keys_and_values" in out
     assert "did not finish within 2 s" in out and "endless loop" in out
-    assert "loop.py line" in out and "while n < 10:" in out  # where the reader's code was stuck
+    # where the reader's code was stuck: the loop's condition or its body, wherever the signal found it
+    assert "at loop.py line 9: while n < 10:" in out or "at loop.py line 10: pass" in out
     assert "not run" in out  # the judge stops at the first time-out instead of waiting for every test
+
+
+def test_endless_loop_is_located_after_much_stderr_and_beside_another_thread(judge, tmp_path):
+    # 30 000 chars on stderr fill the grader's kept tail; a second thread of the reader's file sleeps:
+    # the stack the judge shows is still the looping one
+    looping = solution_with("kv-bytes-per-token", '    return 2 * config["num_hidden_layers"]',
+                            '    n = 0\n    while n < 10:\n        pass\n    return 2 * config["num_hidden_layers"]')
+    looping += ("\nimport sys, threading, time\nsys.stderr.write('noise ' * 5000)\n"
+                "threading.Thread(target=lambda: time.sleep(60), daemon=True).start()\n")
+    result = judge("test", "kv-bytes-per-token", write(tmp_path, "noisy.py", looping), "--timeout", "2", timeout=120)
+    assert result.returncode == 1
+    assert "TIME  test_counts_keys_and_values" in result.stdout
+    assert "at noisy.py line 9: while n < 10:" in result.stdout or "at noisy.py line 10: pass" in result.stdout
 
 
 def test_syntax_error_is_reported(judge, tmp_path):
