@@ -32,7 +32,7 @@ from minillm.model import Transformer
 from minillm.paged import num_blocks_for
 from minillm.sampling import SamplingParams
 
-FULL_RUN = dict(rounds=1, max_tokens=32, k=4, draft_layers=2, repeats=1)
+FULL_RUN = dict(rounds=4, max_tokens=32, k=4, draft_layers=2, repeats=3)
 QUICK_RUN = dict(rounds=1, max_tokens=12, k=3, draft_layers=1, repeats=1)
 CONCURRENCY = (1, 8)
 
@@ -59,6 +59,8 @@ def run(model, prompts, max_tokens: int, concurrency: int, spec: dict | None) ->
     engine = LLMEngine(model, block_size=BLOCK_SIZE, max_num_seqs=concurrency, max_model_len=max_len,
                        num_blocks=concurrency * num_blocks_for(max_len, BLOCK_SIZE) + 1, eos_token_id=[],
                        speculative_config=spec)
+    forward_times: dict[int, list[float]] = {}  # query tokens in the step -> seconds of each target forward
+    engine.runner.forward = timed_forward(engine.runner.forward, forward_times)
     t = time.perf_counter()
     outs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
     seconds = time.perf_counter() - t
@@ -67,7 +69,21 @@ def run(model, prompts, max_tokens: int, concurrency: int, spec: dict | None) ->
     fpt = sum(o.spec.num_forwards for o in outs) / sum(o.spec.num_output_tokens for o in outs)
     return dict(seconds=seconds, tokens=[o.token_ids for o in outs], forwards_per_token=fpt,
                 acceptance_rate=st.acceptance_rate, mean_accepted_length=st.mean_accepted_length,
-                output_tokens=st.num_output_tokens)
+                output_tokens=st.num_output_tokens,
+                forward_seconds=sum(map(sum, forward_times.values())),  # the rest: drafting, scheduling, sampling
+                forward_ms={str(n): 1e3 * statistics.median(ts) for n, ts in sorted(forward_times.items())})
+
+
+def timed_forward(forward, times: dict[int, list[float]]):
+    """The target's forward, timed and filed by the number of query tokens in the step (what a verify adds)."""
+    def timed(batch):
+        t = time.perf_counter()
+        logits = forward(batch)
+        if logits.is_cuda:
+            torch.cuda.synchronize()  # a GPU forward returns before it ends
+        times.setdefault(int(batch.input_ids.shape[0]), []).append(time.perf_counter() - t)
+        return logits
+    return timed
 
 
 def parse_args(argv):
@@ -115,10 +131,12 @@ def main(argv=None) -> int:
         prompts = make_workload(c * args.rounds, cfg.vocab_size, args.seed + c)
         for name, s in (("plain", None), (args.speculative, spec)):
             passes = [run(model, prompts, args.max_tokens, c, s) for _ in range(args.repeats)]
-            r = dict(passes[0], seconds=statistics.median(p["seconds"] for p in passes), concurrency=c, name=name)
+            median = sorted(passes, key=lambda p: p["seconds"])[len(passes) // 2]  # the median pass, all of it
+            r = dict(median, concurrency=c, name=name)
             rows.append(r)
         same &= rows[-1]["tokens"] == rows[-2]["tokens"]
     print_table(rows)
+    print_forward_costs(rows)
     print("greedy tokens identical with and without speculation" if same else "TOKENS DIFFER with speculation")
     print(f"load average after: {load_average()} (a shared machine makes wall times noisy)")
     if args.save:
@@ -146,3 +164,14 @@ def print_table(rows: list[dict]) -> None:
             mal = f"{r['mean_accepted_length']:.2f}" if r is spec else "-"
             print(f"{r['concurrency']:>11} | {r['name']:<8} | {tps:>12.1f} | {r['forwards_per_token']:>14.3f} | "
                   f"{acc:>10} | {mal:>17} | {spd:>6.2f}x")
+
+
+def print_forward_costs(rows: list[dict]) -> None:
+    """What one target forward costs against its query tokens, and the share of wall time spent outside it."""
+    for r in rows:
+        if r["concurrency"] == 1 and r["name"] != "plain":
+            costs = ", ".join(f"{n} token(s) {ms:.1f} ms" for n, ms in r["forward_ms"].items() if int(n) <= 8)
+            print(f"a batch-1 target forward (median): {costs}")
+    for r in rows:
+        print(f"concurrency {r['concurrency']}, {r['name']}: {r['forward_seconds'] / r['seconds']:.0%} of the "
+              f"wall time in target forwards")

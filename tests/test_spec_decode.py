@@ -259,3 +259,22 @@ def test_bench_speculative_options_are_checked():
     for bad in (["--speculative", "eagle"], ["--speculative", "ngram", "--k", "0"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
+
+
+def test_bench_speculative_quick_run_saves_what_chapter_9_prints(tmp_path, capsys):
+    import json
+
+    from minillm.bench_spec import main
+
+    out = tmp_path / "spec.json"
+    assert main(["--speculative", "ngram", "--quick", "--save", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["identical_tokens"] is True
+    assert [(r["concurrency"], r["name"]) for r in saved["rows"]] == [(1, "plain"), (1, "ngram"), (8, "plain"), (8, "ngram")]
+    for r in saved["rows"]:
+        assert 0 < r["forward_seconds"] < r["seconds"]  # the forwards are part of the wall time, not all of it
+        assert r["forward_ms"] and all(ms > 0 for ms in r["forward_ms"].values())
+    plain_1, spec_1 = saved["rows"][:2]
+    assert plain_1["forwards_per_token"] == 1.0 and spec_1["forwards_per_token"] < 1.0
+    assert any(int(n) > 1 for n in spec_1["forward_ms"] if int(n) <= 8)  # a verify: more than one query token
+    assert "a batch-1 target forward (median): 1 token(s)" in capsys.readouterr().out
