@@ -27,7 +27,10 @@ FAKE = {
             'if [ "$1" = -n ]; then shift; fi\nexec "$@"\n',
     # the venv's python: `-c` is the "is Playwright's Chromium installed?" check, `-m playwright install` the install
     "python": 'if [ "$1" = -c ]; then echo "python -c <check>" >> "$LOG"; exit "${FAKE_PLAYWRIGHT_HAS:-1}"; fi\n'
-              'echo "python $*" >> "$LOG"\n',
+              'echo "python $*" >> "$LOG"\n'
+              # a stage fails when its command line contains $FAKE_FAIL
+              'case "$*" in *"${FAKE_FAIL:-@none@}"*) exit 1;; esac\n',
+    "ruff": 'echo "ruff $*" >> "$LOG"\ncase "ruff $*" in *"${FAKE_FAIL:-@none@}"*) exit 1;; esac\n',
 }
 
 
@@ -38,7 +41,7 @@ def machine(tmp_path):
     (venv / "bin").mkdir(parents=True)
     bin_dir.mkdir()
     for name, body in FAKE.items():
-        path = (venv / "bin" / name) if name == "python" else (bin_dir / name)
+        path = (venv / "bin" / name) if name in ("python", "ruff") else (bin_dir / name)
         path.write_text("#!/bin/sh\n" + body)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     (venv / ".installed-stamp").touch()  # newer than pyproject.toml: make does not reinstall
@@ -119,5 +122,28 @@ def test_make_test_sets_up_chromium_before_running_any_test(machine):
 def test_ci_does_no_set_up_of_its_own():
     ci = (ROOT / ".ci" / "run").read_text()
     commands = [line.strip() for line in ci.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    assert commands[-1] == "make test"
+    assert commands[-1] == "make test test-numerics"
     assert not any(word in c for c in commands for word in ("apt-get", "pip ", "playwright", "venv"))
+
+
+@pytest.mark.parametrize("failing, failed", [
+    (None, []),
+    ("ruff format", ["lint"]),
+    ("--nbval", ["nbval"]),
+    ("tests -q", ["pytest"]),
+    ("judge.py", ["judge"]),
+])
+def test_make_test_runs_every_stage_and_names_the_ones_that_failed(machine, failing, failed):
+    done, calls = run_make(machine, target="test", chromium_present=True,
+                           **({"FAKE_FAIL": failing} if failing else {}))
+    assert calls[:2] == ["ruff check .", "ruff format --check ."], calls  # the style first
+    stages = [c for c in calls if c.startswith("python ")]
+    assert [s.split()[2] if s.split()[1] == "-m" else s.split()[1] for s in stages] == \
+        ["pytest", "pytest", "practice/judge.py", "pytest"], stages  # pytest, nbval, judge, site: all ran
+    assert "tests/test_site.py" in stages[-1]
+    if failed:
+        assert done.returncode != 0
+        assert f"make: FAILED stages: {' '.join(failed)}" in done.stdout
+    else:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "make: all stages passed: lint pytest nbval judge site" in done.stdout
