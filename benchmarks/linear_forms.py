@@ -28,7 +28,7 @@ FORMS = {
     "1 row sent as 2": lambda x, w: (w @ x.expand(2, -1).T).T[:1] if x.shape[0] == 1 else None,
     "model.linear": lambda x, w: linear(x, w),
 }
-SHAPES = {  # (out, in) of the bench model (minillm/bench.py BENCH_CONFIG)
+SHAPES = {  # (out, in) of the bench model (minillm/bench/throughput.py BENCH_CONFIG)
     "lm_head 32768x768": (32_768, 768),
     "gate/up 2304x768": (2304, 768),
     "down 768x2304": (768, 2304),

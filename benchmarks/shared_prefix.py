@@ -3,14 +3,14 @@
     python benchmarks/shared_prefix.py              # the full run, then benchmarks/results/shared_prefix_cpu.json
     python benchmarks/shared_prefix.py --repeats 1  # any `python -m minillm bench --workload shared-prefix` option
 
-The same code as `python -m minillm bench --workload shared-prefix` (minillm/bench_prefix.py); this script only
+The same code as `python -m minillm bench --workload shared-prefix` (minillm/bench/prefix.py); this script only
 picks the output file. Timings are never asserted: run it on a quiet machine and read the printed table.
 """
 
 import sys
 from pathlib import Path
 
-from minillm.bench_prefix import main
+from minillm.bench.prefix import main
 
 if __name__ == "__main__":
     out = Path(__file__).resolve().parent / "results" / "shared_prefix_cpu.json"

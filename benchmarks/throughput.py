@@ -3,14 +3,14 @@
     python benchmarks/throughput.py              # the full run, then benchmarks/results/cpu.json
     python benchmarks/throughput.py --repeats 1  # any `python -m minillm bench` option works here too
 
-The same code as `python -m minillm bench` (minillm/bench.py); this script only picks the output file.
+The same code as `python -m minillm bench` (minillm/bench/throughput.py); this script only picks the output file.
 Timings are never asserted: run it on a quiet machine and read the printed table.
 """
 
 import sys
 from pathlib import Path
 
-from minillm.bench import main
+from minillm.bench.throughput import main
 
 if __name__ == "__main__":
     out = Path(__file__).resolve().parent / "results" / "cpu.json"

@@ -6,8 +6,8 @@ slots.py      ch. 3  many requests in fixed KV slots
 paged.py      ch. 4  BlockPool, PagedKVCache, slot_mapping_for, paged_attention
 runner.py     ch. 5  BatchInput, build_batch, ModelRunner: one mixed prefill/decode forward
 scheduler.py  ch. 6  continuous batching with a token budget (with sampling.py and engine.py)
-prefix_cache.py ch. 7  prefix caching: chained block hashes, KVCacheManager, FreeBlockQueue
-radix_cache.py  ch. 7  SGLang's radix tree, compared with blocks in prefix_sim.py
+prefix_caching/kv_cache_manager.py ch. 7  prefix caching: chained block hashes, KVCacheManager, FreeBlockQueue
+prefix_caching/radix_cache.py  ch. 7  SGLang's radix tree, compared with blocks in prefix_caching/simulator.py
 """
 
 import os

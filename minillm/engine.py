@@ -20,17 +20,17 @@ from pathlib import Path
 import torch
 
 from minillm.checking import as_int, check_int, check_int_list
-from minillm.detokenizer import IncrementalDetokenizer
+from minillm.serving.detokenizer import IncrementalDetokenizer
 from minillm.model import Transformer
 from minillm.outputs import Output, TokenEvent, Timing
 from minillm.paged import DEFAULT_BLOCK_SIZE, BlockPool, PagedKVCache, num_blocks_for
-from minillm.prefix_cache import PrefixCacheStats
+from minillm.prefix_caching.kv_cache_manager import PrefixCacheStats
 from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
 from minillm.kernels import attention_backend_class
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample
 from minillm.scheduler import Scheduler, Sequence, StepPlan
-from minillm.spec_decode import SpecDecodeStats, SpeculativeDecoder, count_step
+from minillm.spec_decode.speculator import SpecDecodeStats, SpeculativeDecoder, count_step
 
 
 class LLMEngine:
@@ -48,7 +48,7 @@ class LLMEngine:
         max_position_embeddings, capped at 4096. `eos_token_id` (an id or a list; [] for none) defaults
         to the checkpoint's (generation_config.json, else config.json). enable_prefix_caching (vLLM's name;
         off here, so that chapter 6 reads as before) reuses the KV blocks of prompt prefixes computed
-        earlier (chapter 7). speculative_config (vLLM's name and keys; chapter 9, spec_decode.py) turns on
+        earlier (chapter 7). speculative_config (vLLM's name and keys; chapter 9, spec_decode/speculator.py) turns on
         speculative decoding, e.g. {"method": "ngram", "num_speculative_tokens": 4}. tensor_parallel_size
         N > 1 (chapter 10) splits every layer over N processes: N - 1 workers are spawned, each holding 1/N
         of the weights and KV cache; call close() (or use
@@ -91,7 +91,7 @@ class LLMEngine:
             path = Path(model) if model is not None else default_model_path()
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
             if tensor_parallel_size > 1:  # rank 0's shard here, the other ranks in worker processes
-                from minillm.tp_workers import TensorParallelWorkers
+                from minillm.parallel.workers import TensorParallelWorkers
 
                 self._tp_workers = TensorParallelWorkers(path, tensor_parallel_size, dtype=dtype, device=device)
                 model = self._tp_workers.model
@@ -337,7 +337,7 @@ class LLMEngine:
     def stream(self, prompts, params: SamplingParams | list[SamplingParams] | None = None):
         """Yield (request_id, token_id, text_delta) as each token is produced; then the loop ends.
 
-        text_delta holds only whole characters (see detokenizer.py): a character split over several
+        text_delta holds only whole characters (see serving/detokenizer.py): a character split over several
         tokens arrives with the token that completes it. Closing the generator early (`break`,
         `.close()`, an exception in the loop) aborts its unfinished requests; aborting one of them
         with `abort_request` ends its part of the stream.

@@ -23,7 +23,7 @@ from torch import nn
 
 from minillm.checking import as_int, check_float, check_int
 from minillm.generation_config import read_generation_config
-from minillm.parallel import (ColumnParallelLinear, ParallelLMHead, RowParallelLinear, TensorParallelGroup,
+from minillm.parallel.layers import (ColumnParallelLinear, ParallelLMHead, RowParallelLinear, TensorParallelGroup,
                               VocabParallelEmbedding, check_tp_size, kv_heads_of_rank, load_shard)
 from minillm.weights import describe, few as _few, load_safetensors, read_config, short  # noqa: F401 (re-exported)
 

@@ -7,7 +7,7 @@ prefilled), oldest first, then admits waiting requests first come, first served,
 prompt into a chunk that fits the budget. KV blocks come from a `BlockPool`; when the pool runs dry,
 the newest running request is preempted: its blocks are freed and it goes back to the front of the
 queue, to recompute its prompt and the tokens it already produced when there is room again.
-Blocks are the `KVCacheManager`'s business (prefix_cache.py): with prefix caching on, a request being
+Blocks are the `KVCacheManager`'s business (prefix_caching/kv_cache_manager.py): with prefix caching on, a request being
 admitted first asks it for its cached prefix, and its first chunk starts after it.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from minillm.checking import as_int, check_int
 from minillm.paged import BlockPool, num_blocks_for
-from minillm.prefix_cache import KVCacheManager, PrefixCacheStats
+from minillm.prefix_caching.kv_cache_manager import KVCacheManager, PrefixCacheStats
 from minillm.sampling import SamplingParams
 
 

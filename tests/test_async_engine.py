@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from minillm.async_engine import AsyncEngine
+from minillm.serving.async_engine import AsyncEngine
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
 

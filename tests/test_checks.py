@@ -1,9 +1,9 @@
-"""checks.py: the chapter's mixed-batch parity check, its thresholds, its table and `python -m minillm check`."""
+"""checks/mixed_batch.py: the chapter's mixed-batch parity check, its thresholds, its table and `python -m minillm check`."""
 
 import pytest
 import torch
 
-from minillm.checks import mixed_batch_check, print_check_table, threshold_for
+from minillm.checks.mixed_batch import mixed_batch_check, print_check_table, threshold_for
 from minillm.model import Transformer
 from minillm.paged import PagedKVCache
 from minillm.runner import ModelRunner, build_batch

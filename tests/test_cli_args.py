@@ -2,7 +2,7 @@
 
 import pytest
 
-from minillm import bench
+from minillm.bench import throughput as bench
 from minillm.cli import main
 from minillm.model import Transformer
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minillm import engine as engine_module
-from minillm.detokenizer import IncrementalDetokenizer
+from minillm.serving.detokenizer import IncrementalDetokenizer
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
 

@@ -155,7 +155,7 @@ def test_plans_record_prefill_chunks_and_decodes(model):
 def test_bench_quick_run_saves_a_table(tmp_path, capsys):
     import json
 
-    from minillm.bench import main
+    from minillm.bench.throughput import main
 
     out = tmp_path / "bench.json"
     assert main(["--quick", "--no-hf", "--save", str(out)]) == 0

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from minillm.model import Transformer
-from minillm.reference import hf_logits
+from minillm.checks.reference import hf_logits
 
 
 @pytest.fixture

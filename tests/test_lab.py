@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from minillm.widgets import padding_waste, slot_memory
+from minillm.notebook.widgets import padding_waste, slot_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from minillm.widgets import PRESETS
+from minillm.notebook.widgets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))

@@ -18,16 +18,16 @@ import time
 import pytest
 import torch
 
-from minillm.checks import FP32_THRESHOLD
+from minillm.checks.mixed_batch import FP32_THRESHOLD
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import PagedKVCache
-from minillm.parallel import (TensorParallelGroup, all_reduces_per_forward, kv_heads_of_rank, load_shard,
+from minillm.parallel.layers import (TensorParallelGroup, all_reduces_per_forward, kv_heads_of_rank, load_shard,
                               shard_range, weight_bytes)
 from minillm.runner import ModelRunner
 from minillm.sampling import SamplingParams
-from minillm.tp_check import mixed_steps, pool_blocks, tp_mixed_batch_check
-from minillm.tp_workers import TensorParallelError
+from minillm.checks.tensor_parallel import mixed_steps, pool_blocks, tp_mixed_batch_check
+from minillm.parallel.workers import TensorParallelError
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
@@ -189,7 +189,7 @@ def engine_tp2(tiny_default_path):
 
 class TestTwoRanks:
     def test_tp2_mixed_batch_logits_equal_tp1(self, engine_tp2, tiny_default_path):
-        from minillm.checks import check_prompts
+        from minillm.checks.mixed_batch import check_prompts
 
         single = Transformer.from_pretrained(tiny_default_path)
         prompts = check_prompts(tiny_default_path, single.cfg.vocab_size)
@@ -315,7 +315,7 @@ def test_check_tp_refuses_a_bad_size(capsys):
 
 
 def test_the_tp_threshold_is_1e4_or_32_roundings_of_the_logits():
-    from minillm.tp_check import tp_threshold
+    from minillm.checks.tensor_parallel import tp_threshold
 
     assert tp_threshold(torch.float32, 35.0) == FP32_THRESHOLD  # the tiny model: the book's 1e-4
     assert tp_threshold(torch.float32, 1000.0) == pytest.approx(32 * 2**-24 * 1000)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minillm.paged import BlockPool
-from minillm.prefix_cache import FreeBlockQueue, KVCacheManager, hash_block_tokens, hash_request_tokens
+from minillm.prefix_caching.kv_cache_manager import FreeBlockQueue, KVCacheManager, hash_block_tokens, hash_request_tokens
 from minillm.sampling import SamplingParams
 from minillm.scheduler import Scheduler, Sequence
 

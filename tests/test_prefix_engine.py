@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
-from minillm.reference import hf_generate
+from minillm.checks.reference import hf_generate
 from minillm.runner import build_batch
 from minillm.sampling import SamplingParams
 
@@ -247,7 +247,7 @@ def test_each_plan_reports_its_own_hits(model):
 def test_shared_prefix_bench_quick_run_saves_a_table(tmp_path, capsys):
     import json
 
-    from minillm.bench import main
+    from minillm.bench.throughput import main
 
     out = tmp_path / "prefix.json"
     assert main(["--workload", "shared-prefix", "--quick", "--threads", "1", "--save", str(out)]) == 0
@@ -264,7 +264,7 @@ def test_shared_prefix_bench_quick_run_saves_a_table(tmp_path, capsys):
 @pytest.mark.parametrize("args, words", [(["--requests", "0"], "--requests"), (["--user-lens", "9,3"], "--user-lens"),
                                          (["--save", "/"], "--save")])
 def test_shared_prefix_bench_checks_its_options_first(args, words, capsys):
-    from minillm.bench import main
+    from minillm.bench.throughput import main
 
     with pytest.raises(SystemExit):
         main(["--workload", "shared-prefix", "--quick", *args])
@@ -274,7 +274,7 @@ def test_shared_prefix_bench_checks_its_options_first(args, words, capsys):
 def test_shared_prefix_bench_judges_the_target_only_on_the_workload_it_is_for(capsys):
     """The >= 80% drop is promised for a 256-token system prompt; --quick's 64-token one cannot reach it and
     must not print MISS, while the full workload still gets its verdict either way."""
-    from minillm.bench_prefix import print_table
+    from minillm.bench.prefix import print_table
 
     def rows(on_computed):
         row = dict(seconds=1.0, ttft_mean=1.0, ttft_p50=1.0, ttft_p90=1.0, hit_rate=0.0)

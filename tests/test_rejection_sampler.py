@@ -5,7 +5,7 @@ rejection sampling emits tokens distributed exactly as the target's (a chi-squar
 import pytest
 import torch
 
-from minillm.rejection_sampler import greedy_verify, rejection_sample, target_probs
+from minillm.spec_decode.rejection_sampler import greedy_verify, rejection_sample, target_probs
 from minillm.sampling import SamplingParams, sample
 
 # Chi-square critical values at significance 0.001 (upper tail), from the standard table.

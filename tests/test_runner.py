@@ -242,7 +242,7 @@ def test_mixed_batch_equals_single_sequences(small_model, workload):
 @settings(max_examples=6, deadline=None)
 @given(two_step_workloads())
 def test_mixed_batch_equals_transformers(small_model, ckpt, workload):
-    from minillm.reference import hf_logits
+    from minillm.checks.reference import hf_logits
 
     block_size, requests, order, seed = workload
     rows = run_two_steps(small_model, block_size, requests, order, seed)

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from minillm.server_process import LaunchedServer
+from minillm.bench.server_process import LaunchedServer
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
 
@@ -224,7 +224,7 @@ def test_unknown_routes_are_404_in_openai_shape(server):
 def test_serve_binds_loopback_by_default_and_checks_its_options_first():
     import argparse
 
-    from minillm.serve_args import add_serve_args
+    from minillm.cli.serve_args import add_serve_args
 
     p = argparse.ArgumentParser()
     add_serve_args(p)

@@ -1,9 +1,9 @@
-"""minillm.show: the engine's code shown as highlighted Python in JupyterLab and on the site."""
+"""minillm.notebook.show: the engine's code shown as highlighted Python in JupyterLab and on the site."""
 
 import pytest
 
 from minillm.model import RMSNorm, Transformer, apply_rope, rope_cos_sin
-from minillm.show import source
+from minillm.notebook.show import source
 
 
 def test_a_function_is_shown_as_a_python_fenced_block_headed_by_its_file():
@@ -28,7 +28,7 @@ def test_several_objects_share_one_block_in_the_order_given():
 
 
 def test_backticks_in_the_code_never_close_the_fence(monkeypatch):
-    import minillm.show as show
+    import minillm.notebook.show as show
 
     monkeypatch.setattr(show, "_source_of", lambda obj: 'doc = """```python\\nx\\n```"""\n')
     shown = source(rope_cos_sin)._repr_markdown_()

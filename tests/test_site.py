@@ -360,7 +360,7 @@ def stored_outputs(notebook: Path) -> tuple[list[str], int, int, bool]:
 
 
 def shown_sources(notebook: Path) -> int:
-    """How many outputs show the engine's code as a Python block (minillm.show.source)."""
+    """How many outputs show the engine's code as a Python block (minillm.notebook.show.source)."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     outputs = [out for cell in cells if cell["cell_type"] == "code" for out in cell.get("outputs", [])]
     return sum("".join(out.get("data", {}).get("text/markdown", "")).startswith("```python") for out in outputs)
@@ -370,7 +370,7 @@ def shown_sources(notebook: Path) -> int:
 def test_chapter_page_shows_the_engines_code_highlighted(site, visit, notebook):
     sources = shown_sources(notebook)
     getsource = "print(inspect.getsource" in notebook.read_text(encoding="utf-8")
-    assert not getsource, f"{notebook.name} prints source as plain text: use minillm.show.source"
+    assert not getsource, f"{notebook.name} prints source as plain text: use minillm.notebook.show.source"
     page = visit(f"notebooks/{notebook.stem}/")
     highlighted = page.locator(".jp-OutputArea-output .book-source pre").evaluate_all(
         "blocks => blocks.filter(b => b.querySelector('.k, .kn, .kd') && getComputedStyle(b.querySelector('.k, .kn, .kd')).color"
@@ -615,8 +615,8 @@ CONTROLS_FIXTURE = """<!doctype html><html><head><meta charset="utf-8"></head><b
 
 
 def test_live_controls_print_what_the_notebook_prints(site, visit):
-    """The site's scripts and minillm.widgets agree on presets, models and every printed line, digit for digit."""
-    from minillm.widgets import CONTEXTS, MAX_REQUESTS, MAX_SLOTS, MAX_TOKENS, MODELS, PRESETS, padding_waste, slot_memory
+    """The site's scripts and minillm.notebook.widgets agree on presets, models and every printed line, digit for digit."""
+    from minillm.notebook.widgets import CONTEXTS, MAX_REQUESTS, MAX_SLOTS, MAX_TOKENS, MODELS, PRESETS, padding_waste, slot_memory
 
     (site / "fixture").mkdir(exist_ok=True)
     (site / "fixture" / "controls.html").write_text(CONTROLS_FIXTURE)
@@ -639,7 +639,7 @@ def test_live_controls_print_what_the_notebook_prints(site, visit):
 
 
 def test_chapter_3_memory_control_follows_its_controls(visit):
-    from minillm.widgets import slot_memory
+    from minillm.notebook.widgets import slot_memory
 
     page = visit("notebooks/03_kv_slots/")
     root = page.locator(".minillm-slot-memory[data-live]")

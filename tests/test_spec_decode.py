@@ -11,10 +11,10 @@ import torch
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
-from minillm.reference import hf_generate
+from minillm.checks.reference import hf_generate
 from minillm.runner import build_batch
 from minillm.sampling import SamplingParams
-from minillm.spec_decode import ngram_propose, truncated_draft
+from minillm.spec_decode.speculator import ngram_propose, truncated_draft
 
 VOCAB = 512
 
@@ -251,7 +251,7 @@ def test_disable_by_batch_size_stops_proposals_in_a_full_batch(model, reference)
 
 
 def test_bench_speculative_options_are_checked():
-    from minillm.bench_spec import FULL_RUN, QUICK_RUN, parse_args
+    from minillm.bench.spec import FULL_RUN, QUICK_RUN, parse_args
 
     args = parse_args(["--speculative", "draft", "--quick", "--k", "2"])
     assert (args.speculative, args.k, args.max_tokens) == ("draft", 2, QUICK_RUN["max_tokens"])
@@ -264,7 +264,7 @@ def test_bench_speculative_options_are_checked():
 def test_bench_speculative_quick_run_saves_what_chapter_9_prints(tmp_path, capsys):
     import json
 
-    from minillm.bench_spec import main
+    from minillm.bench.spec import main
 
     out = tmp_path / "spec.json"
     assert main(["--speculative", "ngram", "--quick", "--save", str(out)]) == 0

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from minillm.stop_strings import StopStringMatcher, check_stops, held_back_length, truncate_at_stop
+from minillm.serving.stop_strings import StopStringMatcher, check_stops, held_back_length, truncate_at_stop
 
 ALPHABET = "ab é漢😀\n"
 

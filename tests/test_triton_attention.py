@@ -178,7 +178,7 @@ def two_step_logits(model, backend: str, block_size: int = 3):
 
 @needs_triton
 def test_runner_with_triton_backend_equals_torch_backend_and_transformers(tiny_checkpoint):
-    from minillm.reference import hf_logits
+    from minillm.checks.reference import hf_logits
 
     path = tiny_checkpoint(seed=11)
     model = Transformer.from_pretrained(path, device=DEVICE)
@@ -236,7 +236,7 @@ importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] == "trito
 
 def test_without_triton_everything_else_works_and_the_error_says_how_to_install():
     code = "import importlib.util; _find = importlib.util.find_spec\n" + BLOCK_TRITON + """
-import minillm.engine, minillm.runner, minillm.cli
+import minillm.engine, minillm.runner, minillm.cli.main
 from minillm.kernels import attention_backend_class
 assert attention_backend_class("torch").__name__ == "PagedAttention"
 try:
@@ -271,7 +271,7 @@ except ValueError as e:
 @needs_triton
 def test_a_kernel_is_shown_by_its_python_source():
     from minillm.kernels.cache_write import reshape_and_cache_kernel
-    from minillm.show import source
+    from minillm.notebook.show import source
 
     shown = source(reshape_and_cache_kernel)
     assert shown.text.startswith("@triton.jit\ndef reshape_and_cache_kernel(") and "tl.store" in shown.text

@@ -1,4 +1,4 @@
-"""minillm.widgets: the padding-waste and slot-memory numbers, figures and ipywidgets UIs."""
+"""minillm.notebook.widgets: the padding-waste and slot-memory numbers, figures and ipywidgets UIs."""
 
 import base64
 import itertools
@@ -6,9 +6,9 @@ import itertools
 import matplotlib
 import pytest
 
-from minillm.widgets import (MODELS, PRESETS, padding_waste, padding_waste_figure, padding_waste_widget, slot_memory,
+from minillm.notebook.widgets import (MODELS, PRESETS, padding_waste, padding_waste_figure, padding_waste_widget, slot_memory,
                              slot_memory_figure, slot_memory_widget)
-from minillm.widgets.live import fmt_bytes, fmt_int, fmt_percent
+from minillm.notebook.widgets.live import fmt_bytes, fmt_int, fmt_percent
 
 matplotlib.use("Agg")
 CHAPTER = [2000, 512, 1, 1, 1, 1, 1, 1]

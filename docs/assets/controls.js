@@ -1,5 +1,5 @@
 // What the book's live controls share (padding-waste.js, slot-memory.js): DOM and SVG helpers, number
-// formats that match minillm/widgets/live.py character for character, and mounting.
+// formats that match minillm/notebook/widgets/live.py character for character, and mounting.
 //
 // A control is a <div class="minillm-..."> written into a chapter's text; its script turns every such
 // div into a live control once, and marks it data-live="true". Rounding is half-up on the float

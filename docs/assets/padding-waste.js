@@ -2,7 +2,7 @@
 // data-query-lens="2000,512,1"> into a live control. Each number is one request's new tokens in this
 // step (its query length). A padded batch computes [B, max_len] token positions; a packed (varlen)
 // batch computes [N = sum of lengths]. The wasted share is 1 - N / (B * max_len).
-// Presets, limits and the summary line are those of minillm/widgets/padding_waste.py.
+// Presets, limits and the summary line are those of minillm/notebook/widgets/padding_waste.py.
 (function () {
   "use strict";
 

@@ -3,7 +3,7 @@
 //   bytes = slots * context * 2 (K and V) * layers * kv_heads * head_dim * 2 (fp16),
 // drawn as one bar against the chapter's 22 GiB per-GPU budget. Optional attributes pick the start:
 // data-model="Qwen3-8B" data-slots="4" data-context="65536".
-// The model list, ranges and summary line are those of minillm/widgets/slot_memory.py.
+// The model list, ranges and summary line are those of minillm/notebook/widgets/slot_memory.py.
 (function () {
   "use strict";
 

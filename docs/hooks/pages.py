@@ -200,7 +200,7 @@ def move_figures(soup, out_dir: Path) -> int:
 
 
 def code_blocks_like_the_book(soup) -> None:
-    """Code shown by minillm.show.source gets the same look as the code cells around it."""
+    """Code shown by minillm.notebook.show.source gets the same look as the code cells around it."""
     for block in soup.select(".jp-OutputArea-output.jp-RenderedMarkdown div.highlight"):
         block["class"] = ["highlight-ipynb", "hl-python", "book-source"]
 

@@ -1,6 +1,6 @@
 """Chained block hashes, and the cached prefix of a request under the last-token rule."""
 
-from minillm.prefix_cache import hash_block_tokens  # hash_block_tokens(parent_hash, token_ids, extra_key) -> int
+from minillm.prefix_caching.kv_cache_manager import hash_block_tokens  # hash_block_tokens(parent_hash, token_ids, extra_key) -> int
 
 
 def block_hashes(token_ids: list[int], block_size: int, extra_key: str | None = None) -> list[int]:

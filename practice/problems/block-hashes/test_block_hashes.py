@@ -1,10 +1,10 @@
 """Tests for block_hashes and cached_prefix_length: by hand, then random prompts with shared heads, any block
-size and salts, against minillm.prefix_cache and a brute-force longest-shared-prefix oracle."""
+size and salts, against minillm.prefix_caching.kv_cache_manager and a brute-force longest-shared-prefix oracle."""
 
 import random
 
 from grading import check_equal
-from minillm.prefix_cache import hash_block_tokens, hash_request_tokens
+from minillm.prefix_caching.kv_cache_manager import hash_block_tokens, hash_request_tokens
 
 
 def test_a_single_block_has_no_parent(learner):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from grading import check_close, check_equal, check_names, check_raises, fail, share
-from minillm.collectives import GlooAllReduce
+from minillm.parallel.collectives import GlooAllReduce
 
 
 class CountingAllReduce:

@@ -1,10 +1,10 @@
 """Tests for RadixTree: the example by hand, splits where a match ends inside a node, then random sequences
-over a small alphabet (many shared prefixes) against minillm.radix_cache.RadixCache and a brute-force oracle."""
+over a small alphabet (many shared prefixes) against minillm.prefix_caching.radix_cache.RadixCache and a brute-force oracle."""
 
 import random
 
 from grading import check_equal
-from minillm.radix_cache import RadixCache
+from minillm.prefix_caching.radix_cache import RadixCache
 
 
 def test_insert_into_an_empty_tree_makes_one_leaf(learner):

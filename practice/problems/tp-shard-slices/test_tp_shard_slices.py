@@ -1,5 +1,5 @@
 """Tests for kv_heads_of_rank and shard_for_rank: the rules by hand, the GQA invariant (a rank holds the KV heads its
-query heads read) on random configs, every tensor of random checkpoints against minillm.parallel's loader rule,
+query heads read) on random configs, every tensor of random checkpoints against minillm.parallel.layers's loader rule,
 the vocabulary padding, and the sizes that must be refused."""
 
 import random
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from grading import check_close, check_equal, check_names, check_raises
-from minillm.parallel import kv_heads_of_rank, shard_range, vocab_rows
+from minillm.parallel.layers import kv_heads_of_rank, shard_range, vocab_rows
 
 NAMES = ["q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"]
 
@@ -36,7 +36,7 @@ def checkpoint(cfg, g):
 
 
 def expected(name, weight, rank, tp, cfg):
-    """minillm's loader rule (minillm/parallel.py), applied to the whole tensor."""
+    """minillm's loader rule (minillm/parallel/layers.py), applied to the whole tensor."""
     where = shard_range(name.removeprefix("model."), cfg, rank, tp)
     if where is None:
         return weight

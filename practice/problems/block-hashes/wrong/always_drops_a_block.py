@@ -3,7 +3,7 @@
 Caught by: test_a_cached_prefix_is_found_block_by_block.
 """
 
-from minillm.prefix_cache import hash_block_tokens  # hash_block_tokens(parent_hash, token_ids, extra_key) -> int
+from minillm.prefix_caching.kv_cache_manager import hash_block_tokens  # hash_block_tokens(parent_hash, token_ids, extra_key) -> int
 
 
 def block_hashes(token_ids: list[int], block_size: int, extra_key: str | None = None) -> list[int]:

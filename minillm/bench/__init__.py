@@ -1,0 +1,1 @@
+"""The benchmarks behind `python -m minillm bench` and `bench-serve` (never timed asserts)."""

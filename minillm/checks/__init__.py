@@ -1,0 +1,1 @@
+"""The parity checks behind `python -m minillm check`, and the external reference."""

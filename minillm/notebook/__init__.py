@@ -1,0 +1,1 @@
+"""What the chapters use to show things: the engine's own source, and the widgets."""

@@ -1,0 +1,1 @@
+"""Chapter 10, tensor parallelism: every layer split across ranks."""

@@ -1,0 +1,1 @@
+"""Chapter 7, prefix caching: requests that share a prompt prefix share its KV blocks."""

@@ -1,0 +1,226 @@
+"""serving/async_engine.py — the engine behind a web server: one thread steps it, every request reads a queue.
+
+    front = AsyncEngine(engine)                         # starts the engine thread
+    stream = await front.submit(prompt_ids, params, stop=["\\n"])
+    async for delta in stream:                          # RequestDelta: text, token ids, finish_reason
+        print(delta.text, end="")
+    front.shutdown()
+
+The engine is plain synchronous Python and not thread-safe, so exactly one thread touches it: the
+engine thread. HTTP handlers run on the asyncio event loop and talk to it through a command queue
+(add a request, abort one); the thread drains the commands between steps, runs `engine.step()`
+whenever anything is unfinished, and sleeps on the queue when nothing is. Requests that arrive from
+different HTTP clients while others are running simply join the next step: that is continuous
+batching across clients, with no extra code, because the scheduler never cared where requests
+came from.
+
+After each step the thread turns each request's new tokens into text (the incremental detokenizer:
+whole characters only), passes it through the request's stop-string matcher (hold back what could
+still be a stop string), and hands the result to the request's asyncio queue with
+`loop.call_soon_threadsafe`. A stop string ends the request in the engine at once (abort_request),
+so its blocks are freed and it costs no more steps. A client that goes away calls `abort`.
+
+`step_log` keeps the last steps' plans (which requests ran together, how many tokens each), so the
+batching across clients can be seen; vLLM's equivalents are its scheduler stats and iteration logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from minillm.serving.detokenizer import IncrementalDetokenizer
+from minillm.engine import LLMEngine
+from minillm.sampling import SamplingParams
+from minillm.serving.stop_strings import StopStringMatcher
+
+
+@dataclass
+class RequestDelta:
+    """What one step produced for one request; finish_reason is set on its last delta."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0  # so far
+    error: str | None = None  # the engine refused the request (set on the only delta it gets)
+
+
+@dataclass
+class StepRecord:
+    """One engine step as the step log shows it."""
+
+    step: int
+    time: float  # seconds since the engine thread started
+    chunks: list[tuple[str, str, int]]  # (request_id, kind, num_new_tokens) for each scheduled chunk
+    seconds: float  # wall time of the step
+
+
+@dataclass
+class _Request:
+    """The engine thread's state of one request (the text side; the engine holds the token side)."""
+
+    request_id: str
+    num_prompt: int
+    detok: IncrementalDetokenizer | None
+    stopper: StopStringMatcher
+    out: asyncio.Queue
+    num_output: int = 0
+    done: bool = False
+
+
+class RequestStream:
+    """An async iterator over one request's deltas; `aclose`/`abort` tells the engine to stop it."""
+
+    def __init__(self, front: "AsyncEngine", request_id: str, out: asyncio.Queue):
+        self.front, self.request_id, self.out = front, request_id, out
+        self.finished = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> RequestDelta:
+        if self.finished:
+            raise StopAsyncIteration
+        delta = await self.out.get()
+        if delta.finish_reason is not None or delta.error is not None:
+            self.finished = True
+        return delta
+
+    def abort(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.front.abort(self.request_id)
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, step_log_size: int = 2000):
+        if not isinstance(engine, LLMEngine):
+            raise ValueError(f"engine is {engine!r}: expected an LLMEngine")
+        self.engine = engine
+        engine.record_plans = True  # the thread moves each plan into step_log and clears engine.plans
+        self.step_log: deque[StepRecord] = deque(maxlen=step_log_size)
+        self.num_steps = 0
+        self.commands: queue.Queue = queue.Queue()
+        self.requests: dict[str, _Request] = {}  # touched by the engine thread only
+        self.error: BaseException | None = None  # an exception that stopped the engine thread
+        self._stop = threading.Event()
+        self._started = time.perf_counter()
+        self.thread = threading.Thread(target=self._run, name="minillm-engine", daemon=True)
+        self.thread.start()
+
+    # ---- called from the event loop ----------------------------------------------------------------
+    async def submit(self, prompt_ids: list[int], params: SamplingParams, stop=(), request_id: str = "",
+                     cache_salt: str | None = None) -> RequestStream:
+        """Queue a request; returns its stream at once. A refused request's stream yields one error delta."""
+        if self.error is not None or not self.thread.is_alive():
+            raise RuntimeError(f"the engine thread has stopped: {self.error!r}")
+        out: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        stopper = StopStringMatcher(stop)  # checked here, so a bad stop fails in the handler
+        prompt = {"prompt_token_ids": list(prompt_ids), "cache_salt": cache_salt} if cache_salt else list(prompt_ids)
+        self.commands.put(("add", request_id, prompt, params, stopper, out, loop))
+        return RequestStream(self, request_id, out)
+
+    def abort(self, request_id: str) -> None:
+        self.commands.put(("abort", request_id))
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self.commands.put(("wake",))
+        self.thread.join(timeout)
+
+    def stats(self) -> dict:
+        """A snapshot for /stats (read without a lock: ints and lengths only, good enough for monitoring)."""
+        sched = self.engine.scheduler
+        return {"num_blocks": sched.pool.num_blocks, "num_free_blocks": sched.pool.num_free,
+                "num_running": len(sched.running), "num_waiting": len(sched.waiting), "num_steps": self.num_steps,
+                "num_requests": len(self.requests)}
+
+    # ---- the engine thread -------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                block = not self.engine.has_unfinished()
+                self._drain(block)
+                if self.engine.has_unfinished():
+                    self._step()
+        except BaseException as e:  # noqa: BLE001 - reported to every waiting request, then kept for /health
+            self.error = e
+            for req in list(self.requests.values()):
+                self._send(req, RequestDelta("", [], error=f"the engine failed: {type(e).__name__}: {e}"))
+
+    def _drain(self, block: bool) -> None:
+        """Apply every queued command; wait for one first if the engine has nothing to do."""
+        try:
+            cmd = self.commands.get(timeout=0.5) if block else self.commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._apply(cmd)
+            try:
+                cmd = self.commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply(self, cmd) -> None:
+        if cmd[0] == "add":
+            _, rid, prompt, params, stopper, out, loop = cmd
+            tok = self.engine.tokenizer
+            num_prompt = len(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else len(prompt)
+            req = _Request(rid, num_prompt, IncrementalDetokenizer(tok) if tok is not None else None, stopper, out)
+            req.loop = loop
+            try:
+                self.engine.add_request(prompt, params, request_id=rid)
+            except ValueError as e:  # the engine refuses it (too long for the pool, a repeated id): a 400
+                self._send(req, RequestDelta("", [], error=str(e)))
+                return
+            self.requests[rid] = req
+        elif cmd[0] == "abort":
+            req = self.requests.pop(cmd[1], None)
+            if req is not None:
+                self.engine.abort_request(cmd[1])
+
+    def _step(self) -> None:
+        t = time.perf_counter()
+        events = self.engine.step()
+        plans, self.engine.plans = self.engine.plans, []
+        self.num_steps += 1
+        for plan in plans:
+            if plan.chunks:
+                self.step_log.append(StepRecord(self.num_steps, t - self._started,
+                                                [(c.request_id, c.kind, c.num_new) for c in plan.chunks],
+                                                time.perf_counter() - t))
+        for ev in events:
+            req = self.requests.get(ev.request_id)
+            if req is None:
+                continue  # aborted while this step ran
+            req.num_output += 1
+            text = req.detok.add(ev.token_id) if req.detok is not None else ""
+            finish = None
+            if ev.output is not None:  # the engine finished it (EOS, a stop token, max_tokens)
+                if req.detok is not None:
+                    text += req.detok.flush()
+                finish = ev.output.finish_reason
+            text, stopped = req.stopper.add(text)
+            if stopped and finish is None:  # a stop string: end it in the engine now, freeing its blocks
+                self.engine.abort_request(ev.request_id)
+            if stopped:
+                finish = "stop"
+            elif finish is not None:
+                text += req.stopper.flush()
+            self._send(req, RequestDelta(text, [ev.token_id], finish, req.num_prompt, req.num_output))
+            if finish is not None:
+                del self.requests[ev.request_id]
+
+    @staticmethod
+    def _send(req: _Request, delta: RequestDelta) -> None:
+        try:
+            req.loop.call_soon_threadsafe(req.out.put_nowait, delta)
+        except RuntimeError:  # the event loop is closed (the server is shutting down): nobody is listening
+            pass
