@@ -29,6 +29,8 @@ import signal
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "harness"))  # the grader's machinery
+
 import oskit
 from exercises import WORKSPACE, Exercise, UsageError, find, front_matter, load_exercises, missing_requirement, section, task_text
 from judge_check import cmd_check

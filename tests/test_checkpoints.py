@@ -68,7 +68,7 @@ def test_tiny_model_norm_weights_are_not_all_ones(tiny_default_path):
 
 
 def test_greedy_decoding_does_not_collapse_on_the_demo_prompts(tiny_default_path):
-    from minillm.cli.main import DEMO_PROMPTS
+    from minillm.cli.commands import DEMO_PROMPTS
 
     model, tok = Transformer.from_pretrained(tiny_default_path), load_tokenizer(tiny_default_path)
     for prompt in DEMO_PROMPTS:

@@ -230,11 +230,11 @@ def test_front_matter_is_read_by_one_parser_for_the_judge_and_the_site():
     spec = importlib.util.spec_from_file_location("chapters_hook", ROOT / "docs" / "hooks" / "chapters.py")
     chapters = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(chapters)
-    sys.path.insert(0, str(ROOT / "practice"))
+    sys.path.insert(0, str(ROOT / "practice" / "harness"))
     try:
         from exercises import load_exercises
     finally:
-        sys.path.remove(str(ROOT / "practice"))
+        sys.path.remove(str(ROOT / "practice" / "harness"))
     site = {p["slug"]: p for p in chapters.read_problems(ROOT)}
     judged = load_exercises()
     assert sorted(site) == sorted(e.slug for e in judged)

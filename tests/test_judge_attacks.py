@@ -63,7 +63,7 @@ ATTACKS = {
     # slug, source: each also answers wrongly, so only a forged verdict could pass it
     "patches_the_grading_helpers": ("padding-waste", f'''
 import glob, os, sys, tempfile
-for practice in [{str(ROOT / "practice")!r}] + [c + "/practice" for c in {COPIES}]:
+for practice in [{str(ROOT / "practice" / "harness")!r}] + [c + "/practice/harness" for c in {COPIES}]:
     sys.path.insert(0, practice)
 try:
     import grading
@@ -104,7 +104,7 @@ def judges():
             cmdline = open(f"/proc/{{pid}}/cmdline", "rb").read()
         except (OSError, ValueError):
             return
-        if b"/practice/judge.py" in cmdline or b"/practice/grader.py" in cmdline:
+        if b"/practice/judge.py" in cmdline or b"/practice/harness/grader.py" in cmdline:
             yield pid
 
 

@@ -236,14 +236,14 @@ importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] == "trito
 
 def test_without_triton_everything_else_works_and_the_error_says_how_to_install():
     code = "import importlib.util; _find = importlib.util.find_spec\n" + BLOCK_TRITON + """
-import minillm.engine, minillm.runner, minillm.cli.main
+import minillm.engine, minillm.runner, minillm.cli
 from minillm.kernels import attention_backend_class
 assert attention_backend_class("torch").__name__ == "PagedAttention"
 try:
     attention_backend_class("triton")
 except ImportError as e:
     print("ERROR:", e)
-sys.exit(minillm.cli.main(["check", "--attention", "triton"]))
+sys.exit(minillm.cli.commands(["check", "--attention", "triton"]))
 """
     done = run_python(code)
     assert "ERROR: the Triton attention backend needs the triton package" in done.stdout, done.stderr

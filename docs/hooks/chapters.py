@@ -23,8 +23,8 @@ from mkdocs.structure.files import File
 
 log = logging.getLogger("mkdocs.hooks.chapters")
 
-# The judge's own parser of problem.md front matter (practice/problem_md.py), so both read it alike.
-_spec = spec_from_file_location("problem_md", Path(__file__).resolve().parents[2] / "practice" / "problem_md.py")
+# The judge's own parser of problem.md front matter (practice/harness/problem_md.py), so both read it alike.
+_spec = spec_from_file_location("problem_md", Path(__file__).resolve().parents[2] / "practice" / "harness" / "problem_md.py")
 problem_md_parser = module_from_spec(_spec)
 _spec.loader.exec_module(problem_md_parser)
 

@@ -65,7 +65,7 @@ QUICK_RUN = dict(requests=6, system_len=64, user_lens=[8, 32], max_tokens=4, con
 
 
 def parse_args(argv):
-    from minillm.cli.main import existing_folder, int_arg, int_list_arg, writable_file
+    from minillm.cli.args import existing_folder, int_arg, int_list_arg, writable_file
 
     p = argparse.ArgumentParser(prog="python -m minillm bench --workload shared-prefix",
                                 description=__doc__.split("\n")[0])

@@ -87,7 +87,7 @@ def timed_forward(forward, times: dict[int, list[float]]):
 
 
 def parse_args(argv):
-    from minillm.cli.main import existing_folder, int_arg, writable_file
+    from minillm.cli.args import existing_folder, int_arg, writable_file
 
     p = argparse.ArgumentParser(prog="python -m minillm bench --speculative", description=__doc__.split("\n")[0])
 

@@ -182,7 +182,7 @@ QUICK_RUN = dict(concurrency=[1, 2, 4], requests=4, prompt_lens=[4, 12], max_tok
 
 
 def parse_args(argv):
-    from minillm.cli.main import existing_folder, int_arg, int_list_arg, writable_file
+    from minillm.cli.args import existing_folder, int_arg, int_list_arg, writable_file
 
     p = argparse.ArgumentParser(prog="python -m minillm bench", description=__doc__.split("\n")[0])
 

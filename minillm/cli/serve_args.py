@@ -7,7 +7,7 @@ import argparse
 import ipaddress
 import math
 
-from minillm.cli.main import existing_folder, int_arg, writable_file
+from minillm.cli.args import existing_folder, int_arg, writable_file
 
 
 def loopback_or_any_host(text: str) -> str:

@@ -13,35 +13,11 @@ os.environ also hands it to child processes (the exercise judge's sandboxed lear
 
 from __future__ import annotations
 
-import importlib.util
-import os
+from minillm.kernels.triton_runtime import INSTALL_HINT, interpreting, load_triton, triton_available
 
-INSTALL_HINT = "pip install -e '.[kernels]'  (installs triton==3.9.0; `make test` does this)"
+__all__ = ["INSTALL_HINT", "interpreting", "load_triton", "triton_available", "attention_backend_class"]
+
 ATTENTION_BACKENDS = ("torch", "triton")
-
-
-def triton_available() -> bool:
-    """True when triton can be imported (it is not imported here)."""
-    return importlib.util.find_spec("triton") is not None
-
-
-def load_triton():
-    """Import triton, first choosing the interpreter on a machine without CUDA; a clear error if it is missing."""
-    if not triton_available():
-        raise ImportError(f"the Triton attention backend needs the triton package, which is not installed: {INSTALL_HINT}")
-    if "TRITON_INTERPRET" not in os.environ:
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"  # before any @triton.jit runs: CPU tensors, numpy execution
-    import triton
-
-    return triton
-
-
-def interpreting() -> bool:
-    """Whether kernels defined now run in Triton's interpreter (TRITON_INTERPRET set to a true value)."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 def attention_backend_class(name):

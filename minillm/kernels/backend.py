@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from minillm.kernels import interpreting
+from minillm.kernels.triton_runtime import interpreting
 from minillm.kernels.cache_write import triton_cache_write
 from minillm.kernels.split_decode import split_decode_attention
 from minillm.kernels.triton_attention import triton_paged_attention

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from minillm.kernels import load_triton
+from minillm.kernels.triton_runtime import load_triton
 
 triton = load_triton()
 import triton.language as tl  # noqa: E402

@@ -1,6 +1,6 @@
 """Fixtures shared by every exercise's tests.
 
-- `learner`: the file under test, running in its own sandboxed process (see practice/remote.py):
+- `learner`: the file under test, running in its own sandboxed process (see practice/harness/remote.py):
   $PRACTICE_FILE when the judge sets it, else the folder's solution.py (in `check` mode, each of
   solution.py, starter.py and wrong/*.py in turn). `learner.rms_norm(x, w)` calls the reader's code
   there and brings the value back. A test module may name the arguments its calls are allowed to

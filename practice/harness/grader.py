@@ -1,6 +1,6 @@
 """grader.py — the test process `judge.py` starts: pytest with the judge's plugin, from a fresh copy.
 
-    python -I <copy>/practice/grader.py <pytest arguments>
+    python -I <copy>/practice/harness/grader.py <pytest arguments>
 
 Before pytest starts, the process makes itself non-dumpable (other processes of the user cannot
 open its /proc files: the results pipe, the signing key), asks for SIGTERM when the judge dies, and
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # this copy's practice/ and minillm/ come first
+sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # this copy's harness/ and minillm/ come first
 
 import oskit  # noqa: E402
 from protocol import DIGEST_ENV, JUDGE_PID_ENV, REPO_ENV  # noqa: E402
@@ -48,7 +48,7 @@ def clean_up_for_the_judge() -> None:
     """The judge was killed before it could clean up: put the real tree back from this copy, remove the copy."""
     from tree import Snapshot
 
-    copy = HERE.parent
+    copy = HERE.parents[1]
     if not (copy / "judge.pid").is_file():
         return  # not a judge's copy: never delete anything else
     plugin = sys.modules.get("judge_plugin")

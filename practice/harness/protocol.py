@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PRACTICE = Path(__file__).resolve().parent
+PRACTICE = Path(__file__).resolve().parents[1]  # practice/harness/protocol.py -> practice/
 REPO = PRACTICE.parent
 PROBLEMS = PRACTICE / "problems"
 WORKSPACE_ENV = "MINILLM_PRACTICE_WORKSPACE"  # the reader's folder (default practice/workspace)

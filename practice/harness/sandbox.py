@@ -26,7 +26,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
 
 import oskit  # noqa: E402
 import rpc  # noqa: E402

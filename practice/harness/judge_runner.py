@@ -72,7 +72,7 @@ class Grader:
         os.close(key_w)
         env = {**env, EVENTS_FD_ENV: str(events_w), KEY_FD_ENV: str(key_r)}
         practice = copy / "practice"
-        cmd = [sys.executable, "-I", str(practice / "grader.py"), *[str(practice / "problems" / f) for f in folders],
+        cmd = [sys.executable, "-I", str(practice / "harness" / "grader.py"), *[str(practice / "problems" / f) for f in folders],
                "-c", str(practice / "pytest.ini"), "--rootdir", str(practice / "problems"), "-q",
                "--tb=no", "-p", "no:logging", "--assert=plain",  # the plugin reports failures: pytest's own
                # tracebacks and assert rewriting would only cost seconds (the tests use grading's checks)

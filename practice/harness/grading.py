@@ -1,7 +1,7 @@
 """grading.py — what every exercise's tests share: comparisons with messages a reader can act on.
 
 What was expected, what came back, and where the two first differ. The values compared came back
-from the reader's process (practice/remote.py); everything here runs in the grader, where the
+from the reader's process (practice/harness/remote.py); everything here runs in the grader, where the
 reader's code never does. Standard library only; torch is imported when a tensor is compared.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import sys
+
+from wire import show
 
 
 def share(obj, *, methods=(), call: bool = False):
@@ -23,25 +25,6 @@ def share(obj, *, methods=(), call: bool = False):
 
 def fail(message: str):
     raise AssertionError(message)
-
-
-def show(x, limit: int = 12) -> str:
-    """A short, stable rendering of a value for a failure message."""
-    if _is_tensor(x):
-        if x.numel() <= limit:
-            return f"tensor({show(x.tolist(), limit)})"
-        return f"tensor of shape {list(x.shape)}, dtype {x.dtype}"
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    if isinstance(x, (list, tuple)):
-        items = [show(v, limit) for v in list(x)[:limit]]
-        if len(x) > limit:
-            items.append(f"... ({len(x)} items)")
-        text = ", ".join(items)
-        return f"[{text}]" if isinstance(x, list) else f"({text}{',' if len(x) == 1 else ''})"
-    if isinstance(x, dict):
-        return "{" + ", ".join(f"{k!r}: {show(v, limit)}" for k, v in x.items()) + "}"
-    return repr(x)
 
 
 def check_equal(got, expected, what: str) -> None:

@@ -294,3 +294,23 @@ class Codec:
         return obj
 
     # ---------------------------------------------------------- framing
+
+
+def show(x, limit: int = 12) -> str:
+    """A short, stable rendering of a value for a failure message."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.numel() <= limit:
+            return f"tensor({show(x.tolist(), limit)})"
+        return f"tensor of shape {list(x.shape)}, dtype {x.dtype}"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    if isinstance(x, (list, tuple)):
+        items = [show(v, limit) for v in list(x)[:limit]]
+        if len(x) > limit:
+            items.append(f"... ({len(x)} items)")
+        text = ", ".join(items)
+        return f"[{text}]" if isinstance(x, list) else f"({text}{',' if len(x) == 1 else ''})"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {show(v, limit)}" for k, v in x.items()) + "}"
+    return repr(x)

@@ -208,6 +208,4 @@ def _brief(x) -> str:
     if not isinstance(x, (type(None), bool, int, float, str, list, tuple, dict, set)) and \
             not (torch is not None and isinstance(x, (torch.Tensor, torch.dtype, torch.Generator))):
         return f"<{type(x).__name__}>"
-    from grading import show
-
-    return show(x, limit=6)
+    return wire.show(x, limit=6)
