@@ -1,13 +1,16 @@
 """minillm: the LLM inference engine that the book's chapters build, one module per idea.
 
-model.py      ch. 1  mini_llm: a Qwen3 decoder from scratch
+Part one, a module per chapter:
+model.py      ch. 1  a Qwen3 decoder from scratch
 kv_cache.py   ch. 2  a contiguous KV cache, prefill vs decode, greedy generate
 slots.py      ch. 3  many requests in fixed KV slots
 paged.py      ch. 4  BlockPool, PagedKVCache, slot_mapping_for, paged_attention
 runner.py     ch. 5  BatchInput, build_batch, ModelRunner: one mixed prefill/decode forward
 scheduler.py  ch. 6  continuous batching with a token budget (with sampling.py and engine.py)
-prefix_caching/kv_cache_manager.py ch. 7  prefix caching: chained block hashes, KVCacheManager, FreeBlockQueue
-prefix_caching/radix_cache.py  ch. 7  SGLang's radix tree, compared with blocks in prefix_caching/simulator.py
+
+Later chapters, a subpackage each: prefix_caching/ (7), serving/ (8), spec_decode/ (9),
+parallel/ (10), kernels/ (11). The machinery that serves the book: cli/, bench/, checks/,
+notebook/, checkpoints.py.
 """
 
 import os
