@@ -320,3 +320,15 @@ def test_the_tp_threshold_is_1e4_or_32_roundings_of_the_logits():
     assert tp_threshold(torch.float32, 35.0) == FP32_THRESHOLD  # the tiny model: the book's 1e-4
     assert tp_threshold(torch.float32, 1000.0) == pytest.approx(32 * 2**-24 * 1000)
     assert tp_threshold(torch.bfloat16, 10.0) == pytest.approx(32 * 2**-8 * 10)
+
+
+def test_gloo_all_reduce_sums_and_leaves_the_callers_tensors_alone():
+    from minillm.parallel.collectives import GlooAllReduce
+
+    with GlooAllReduce(2) as all_reduce:
+        a, b = torch.arange(4, dtype=torch.float32), torch.full((4,), 10.0)
+        kept = (a.clone(), b.clone())
+        out = all_reduce([a, b])
+        assert all(torch.equal(o, kept[0] + kept[1]) for o in out)
+        assert torch.equal(a, kept[0]) and torch.equal(b, kept[1])  # the inputs are the callers' own
+        assert all_reduce.calls == 1 and all_reduce.bytes == 16

@@ -130,7 +130,9 @@ class GlooAllReduce:
         self.calls += 1
         self.bytes += tensors[0].numel() * tensors[0].element_size()
         for conn, t in zip(self.conns, tensors):
-            conn.send(t.detach().cpu().contiguous())
+            # a copy: torch's pipe moves a tensor's storage into shared memory, where the rank sums
+            # in place, so sending the caller's own tensor would overwrite it with the sum
+            conn.send(t.detach().cpu().clone(memory_format=torch.contiguous_format))
         return [self._receive(rank, "summing") for rank in range(self.size)]
 
     def close(self) -> None:
