@@ -478,6 +478,10 @@ LAYOUT_CHECKS = """() => {
     if (!(fits || scrolls) || r.left < page.left - 1 || r.right > page.right + 1)
       out.clipped.push(box.textContent.slice(0, 50) || box.outerHTML.slice(0, 80));
   }
+  // The engine's own code (show.source) fits the code column: no sideways scroll inside a function.
+  out.wideSource = [...document.querySelectorAll(".book-source pre")].filter(visible)
+    .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
+    .map((pre) => pre.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), "").slice(0, 70));
   const code = document.querySelector(".jp-CodeCell .jp-InputArea-editor");
   out.codeWidth = code ? code.getBoundingClientRect().width : null;
   out.prompts = [...document.querySelectorAll(".jp-InputPrompt, .jp-OutputPrompt")].filter(visible).length;
@@ -518,6 +522,8 @@ def test_every_page_reads_well_at_1280_and_390_px(site, browser, server):
                     issues.append(f"formulas cut off: {found['clipped'][:3]}")
                 if found["unlinkedFigures"]:
                     issues.append(f"{found['unlinkedFigures']} figures do not open full size")
+                if width == 1280 and found["wideSource"]:
+                    issues.append(f"engine code scrolls sideways at: {found['wideSource'][:3]}")
                 if width == 1280 and found["codeWidth"] is not None and found["codeWidth"] < 0.6 * width:
                     issues.append(f"code column only {found['codeWidth']:.0f} px wide")
                 if width == 390 and found["prompts"]:
