@@ -13,7 +13,7 @@ import re
 import textwrap
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # minillm/notebook/show.py -> the repository
 
 
 class Source:
