@@ -168,8 +168,8 @@ class CompletionRequest(SamplingFields):
     def _prompts(cls, v):
         if isinstance(v, str) or (isinstance(v, list) and v and all(_is_id(t) for t in v)):
             v = [v]
-        ok = isinstance(v, list) and v and all(
-            isinstance(p, str) or (isinstance(p, list) and all(_is_id(t) for t in p)) for p in v)
+        ok = isinstance(v, list) and v and (all(isinstance(p, str) for p in v) or all(
+            isinstance(p, list) and all(_is_id(t) for t in p) for p in v))  # one form, not a mix
         if not ok:
             shown = repr(v) if len(repr(v)) < 60 else repr(v)[:57] + "..."
             raise ValueError(f"prompt is {shown}: expected {PROMPT_FORMS}")
