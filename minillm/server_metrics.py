@@ -65,6 +65,9 @@ class ServerMetrics:
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Request latency, arrival to last token.",
                              buckets=E2E_BUCKETS, **reg)
         self.registry.register(_EngineCollector(engine, model_name))
+        for m in (self.prompt_tokens, self.generation_tokens, self.preemptions, self.ttft, self.itl, self.tpot,
+                  self.e2e):
+            m.labels(**self.label)  # a labelled metric shows no sample until its child exists: show zeros
 
     def on_step(self, plans) -> None:
         for plan in plans:
