@@ -28,9 +28,16 @@ from minillm.prefix_caching.kv_cache_manager import PrefixCacheStats
 from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
 from minillm.kernels import attention_backend_class
 from minillm.runner import ModelRunner, build_batch
-from minillm.sampling import SamplingParams, sample
+from minillm.sampling import SamplingParams, sample, token_logprobs
 from minillm.scheduler import Scheduler, Sequence, StepPlan
 from minillm.spec_decode.speculator import SpecDecodeStats, SpeculativeDecoder, count_step
+
+
+def child_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The params of sample `index` of n: seed + index when seeded (as vLLM's parallel sampling), so the n differ."""
+    import dataclasses
+
+    return params if params.seed is None else dataclasses.replace(params, seed=params.seed + index)
 
 
 class LLMEngine:
@@ -155,8 +162,13 @@ class LLMEngine:
         return self.default_sampling_params
 
     # ---- requests in -------------------------------------------------------------------------------
-    def make_sequence(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> Sequence:
-        """A Sequence for `prompt` (see prompts.py for the accepted forms), its ids checked; not yet submitted."""
+    def make_sequence(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                      fork_of: str | Sequence | None = None) -> Sequence:
+        """A Sequence for `prompt` (see prompts.py for the accepted forms), its ids checked; not yet submitted.
+
+        fork_of: the request (id or Sequence) this one is one of n samples of: the same prompt, whose full
+        blocks it shares once they are computed instead of computing them again (SamplingParams.n).
+        """
         params = self.default_sampling_params if params is None else params
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params is a {type(params).__name__}: expected SamplingParams")
@@ -166,10 +178,24 @@ class LLMEngine:
         ids = prompt_ids(prompt, self.tokenizer, self.model.cfg.vocab_size)
         if request_id is None:
             request_id = self._free_ids(1)[0]
+        extras = params.logprobs is not None or params.prompt_logprobs is not None or params.penalized
+        if self.spec is not None and extras:
+            raise ValueError("logprobs, prompt_logprobs, penalties and logit_bias are not supported with "
+                             "speculative decoding in this engine: expected a request without them")
+        bad = next((t for t, _ in params.logit_bias if t >= self.model.cfg.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"logit_bias names token id {bad}: expected ids < {self.model.cfg.vocab_size}")
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             stops |= self.eos_token_ids
-        return Sequence(request_id, ids, params, stop_token_ids=frozenset(stops), cache_salt=cache_salt)
+        parent = fork_of
+        if isinstance(fork_of, str):
+            parent = next((q for q in (*self.scheduler.waiting, *self.scheduler.running) if q.request_id == fork_of),
+                          None)  # already finished: nothing left to share
+        if parent is not None and (not isinstance(parent, Sequence) or parent.prompt_ids != ids):
+            raise ValueError(f"fork_of is {fork_of!r}: expected an unfinished request with the same prompt")
+        return Sequence(request_id, ids, params, stop_token_ids=frozenset(stops), cache_salt=cache_salt,
+                        fork_of=parent)
 
     def _free_ids(self, n: int) -> list[str]:
         """The next n automatic request ids ("req-0", "req-1", ...) nobody has used; reserves nothing."""
@@ -180,9 +206,14 @@ class LLMEngine:
             k += 1
         return ids
 
-    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        """Queue one request; returns its id. A bad request raises ValueError and leaves the engine as it was."""
-        seq = self.make_sequence(prompt, params, request_id)
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    fork_of: str | None = None) -> str:
+        """Queue one request; returns its id. A bad request raises ValueError and leaves the engine as it was.
+
+        One request is one sequence, whatever params.n says; fork_of (a queued or running request's id,
+        same prompt) makes it share that request's prompt blocks: how the server runs n > 1.
+        """
+        seq = self.make_sequence(prompt, params, request_id, fork_of)
         self._submit(seq)
         return seq.request_id
 
@@ -232,19 +263,30 @@ class LLMEngine:
         if not plan.chunks:
             return []
         seqs = {s.request_id: s for s in self.scheduler.running}
-        items = []
+        items, rows = [], []
         for c in plan.chunks:
             seq = seqs[c.request_id]
             end = c.num_computed + c.num_new - len(c.spec_token_ids)  # a verify's proposals are not in seq yet
+            # prompt logprobs need every row of a prefill chunk (each predicts the next prompt token)
+            n_rows = c.num_new if seq.params.prompt_logprobs is not None and c.kind == "prefill" else c.num_logits
             items.append((seq.tokens(c.num_computed, end) + list(c.spec_token_ids), c.num_computed,
-                          seq.block_table, c.num_logits))
+                          seq.block_table, n_rows))
+            rows.append(n_rows)
         batch = build_batch(items, self.block_size)
         logits = self.runner.forward(batch)  # [M, V]: one row per chunk that needs a token (k+1 for a verify)
+        if any(r != c.num_logits for r, c in zip(rows, plan.chunks)):
+            logits = self._take_prompt_logprobs(plan.chunks, rows, seqs, logits)  # only the sampling rows stay
         sampling = [seqs[c.request_id] for c in plan.chunks if c.need_logits]
         if self.spec is None:
-            tokens = sample(logits, [s.params for s in sampling], [s.seed for s in sampling],
-                            [len(s.output_ids) for s in sampling])
+            params = [s.params for s in sampling]
+            tokens = sample(logits, params, [s.seed for s in sampling], [len(s.output_ids) for s in sampling],
+                            [(s.prompt_ids, s.output_ids) for s in sampling])
             sampled = {s.request_id: t for s, t in zip(sampling, tokens)}
+            want = [i for i, sp in enumerate(params) if sp.logprobs is not None]
+            if want:  # the raw logits' logprobs (vLLM's default), before penalties or temperature
+                lps = token_logprobs(logits[want], [tokens[i] for i in want], [params[i].logprobs for i in want])
+                for i, lp in zip(want, lps):
+                    sampling[i].logprobs.append(lp)
         else:
             sampled = self.spec.sample(logits, plan.chunks, seqs)  # an int per request, a list per verify
         before = {s.request_id: len(s.output_ids) for s in sampling}
@@ -258,12 +300,40 @@ class LLMEngine:
         for s in sampling:
             new = s.output_ids[before[s.request_id]:]  # what update kept (a stop inside a verified run ends it)
             self.timings[s.request_id].token_times.extend([now] * len(new))
-            events += [TokenEvent(s.request_id, t) for t in new]
+            lp = s.logprobs[-1] if s.params.logprobs is not None and new else None
+            events += [TokenEvent(s.request_id, t, logprobs=lp) for t in new]
+            if new and before[s.request_id] == 0 and s.params.prompt_logprobs is not None:
+                events[-len(new)].prompt_logprobs = s.prompt_logprobs  # with the request's first token
         done = {s.request_id: self._output(s) for s in finished}
         for ev in reversed(events):  # a finished request's Output rides on its last token
             if ev.request_id in done:
                 ev.output = done.pop(ev.request_id)
         return events
+
+    def _take_prompt_logprobs(self, chunks, rows, seqs, logits: torch.Tensor) -> torch.Tensor:
+        """Record the prompt logprobs in prefill chunks' rows; return only the rows the sampler needs.
+
+        Row j of a chunk starting at position k holds the logits after token k + j, so it scores prompt
+        token k + j + 1; a chunked prefill fills seq.prompt_logprobs chunk by chunk. Rows already scored
+        (a prefill started again after a preemption) are skipped.
+        """
+        keep, start = [], 0
+        for c, r in zip(chunks, rows):
+            seq = seqs[c.request_id]
+            if r != c.num_logits:
+                if not seq.prompt_logprobs:
+                    seq.prompt_logprobs.append(None)  # the first prompt token has no context to be scored by
+                k, P, done = c.num_computed, len(seq.prompt_ids), len(seq.prompt_logprobs)
+                js = range(max(0, done - 1 - k), min(r, P - 1 - k))
+                for j0 in range(js.start, js.stop, 64):  # 64 rows at a time: [64, V] float32 stays small
+                    j1 = min(j0 + 64, js.stop)
+                    targets = seq.prompt_ids[k + j0 + 1:k + j1 + 1]
+                    seq.prompt_logprobs += token_logprobs(logits[start + j0:start + j1], targets,
+                                                          [seq.params.prompt_logprobs] * (j1 - j0))
+            if c.num_logits:
+                keep.append(start + r - 1)  # the last row is the one the sampler needs
+            start += r
+        return logits[keep]
 
     def _output(self, seq: Sequence) -> Output:
         timing = self.timings.pop(seq.request_id)
@@ -272,7 +342,9 @@ class LLMEngine:
         text = self.tokenizer.decode(seq.output_ids) if self.tokenizer is not None else ""
         return Output(seq.request_id, seq.prompt_ids, list(seq.output_ids), text, seq.finish_reason,
                       times[0] - timing.added, itl, seq.num_preemptions, seq.num_cached_tokens or 0,
-                      self.request_spec_stats.pop(seq.request_id))
+                      self.request_spec_stats.pop(seq.request_id),
+                      seq.prompt_logprobs if seq.params.prompt_logprobs is not None else None,
+                      seq.logprobs if seq.params.logprobs is not None else None)
 
     @property
     def stats(self) -> PrefixCacheStats:
@@ -290,7 +362,13 @@ class LLMEngine:
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(plist)} SamplingParams: expected one, or one per prompt")
-        seqs = [self.make_sequence(p, sp, rid) for p, sp, rid in zip(prompts, plist, self._free_ids(len(prompts)))]
+        # params.n > 1: n sequences per prompt, the later ones forks of the first (outputs prompt-major)
+        counts = [sp.n if isinstance(sp, SamplingParams) else 1 for sp in plist]
+        rids, seqs = iter(self._free_ids(sum(counts))), []
+        for p, sp, n in zip(prompts, plist, counts):
+            first = self.make_sequence(p, sp, next(rids))
+            seqs += [first] + [self.make_sequence(p, child_params(sp, i), next(rids), fork_of=first)
+                               for i in range(1, n)]
         for seq in seqs:
             self.scheduler.check(seq)
         for seq in seqs:

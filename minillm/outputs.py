@@ -19,6 +19,10 @@ class Output:
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache, never computed (vLLM's name)
     spec: object = None  # a spec_decode.SpecDecodeStats: proposals, acceptances, target forwards (chapter 9)
+    # with SamplingParams.prompt_logprobs / logprobs: per token (logprob, [(id, logprob)] of the top ones);
+    # the first prompt token's entry is None (nothing before it scores it)
+    prompt_logprobs: list | None = None
+    logprobs: list | None = None
 
     @property
     def latency(self) -> float:
@@ -33,6 +37,8 @@ class TokenEvent:
     request_id: str
     token_id: int
     output: Output | None = None
+    logprobs: tuple | None = None  # (logprob, [(id, logprob)] top) when the request asked for logprobs
+    prompt_logprobs: list | None = None  # on a request's first token, when it asked for prompt_logprobs
 
 
 @dataclass

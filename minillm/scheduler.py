@@ -41,6 +41,10 @@ class Sequence:
     cache_salt: str | None = None  # enters the prefix cache's first digest: only equal salts share blocks
     num_cached_tokens: int | None = None  # prompt tokens found in the prefix cache at first admission
     spec_token_ids: list[int] = field(default_factory=list)  # proposals to verify in the next step (chapter 9)
+    # params.prompt_logprobs: (logprob, [(id, logprob)] top) per prompt token, None for the first (no context)
+    prompt_logprobs: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)  # params.logprobs: the same per sampled token
+    fork_of: "Sequence | None" = None  # n > 1: the first of the n, whose prompt blocks this one shares
 
     @property
     def num_tokens(self) -> int:
@@ -169,7 +173,12 @@ class Scheduler:
         cache = PrefixCacheStats()
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            hit_blocks, num_hit = self.kv.get_computed_blocks(seq)  # chapter 7's prefix cache; ([], 0) when off
+            if seq.fork_of is not None:
+                hit_blocks, num_hit = self._fork_blocks(seq)
+                if hit_blocks is None:
+                    break  # its parent has not computed the shared prompt yet: wait for it, first in line
+            else:
+                hit_blocks, num_hit = self.kv.get_computed_blocks(seq)  # chapter 7's prefix cache; ([], 0) when off
             n = min(seq.num_tokens - num_hit, budget)
             if not self.kv.allocate_slots(seq, num_hit + n, hit_blocks):
                 break  # first come, first served: nobody overtakes the head of the queue
@@ -279,6 +288,22 @@ class Scheduler:
         else:
             kind = "prefill"
         return ScheduledChunk(seq.request_id, seq.num_computed, n, kind, need_logits=end == seq.num_tokens)
+
+    def _fork_blocks(self, seq: Sequence) -> tuple[list[int] | None, int]:
+        """n > 1: the parent's full prompt blocks, shared through their reference counts (None: not yet computed).
+
+        Like a prefix-cache hit, only full blocks are shared and at least the last prompt token is computed
+        again (its logits give this sequence its own first token); so is a partial last block, which each
+        sequence then fills with its own tokens. A parent that finished or was aborted shares nothing.
+        """
+        parent = seq.fork_of
+        usable = (len(seq.prompt_ids) - 1) // self.block_size
+        if parent.status == "finished" or usable == 0:
+            seq.fork_of = None
+            return self.kv.get_computed_blocks(seq)
+        if parent.status == "waiting" or parent.num_computed < usable * self.block_size:
+            return None, 0
+        return parent.block_table[:usable], usable * self.block_size
 
     def _reserve(self, seq: Sequence, num_tokens: int) -> bool:
         """Grow seq's block table to hold num_tokens tokens; False (and no change) if the pool is short."""

@@ -47,7 +47,7 @@ def name(tiny_default_path):
 
 
 def stats(server):
-    return httpx.get(server.url + "/stats", timeout=10).json()
+    return httpx.get(server.url + "/stats", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()
 
 
 def streamed_text(stream) -> tuple[str, str | None]:
@@ -114,7 +114,8 @@ def test_eight_concurrent_clients_are_batched_and_each_gets_its_own_output(serve
         alone = offline.generate([kw["prompt"]], SamplingParams(max_tokens=32, temperature=0.9, seed=kw["seed"]))[0]
         assert out.choices[0].text == alone.text, kw
     ids = {o.id for o in outs}
-    steps = httpx.get(server.url + "/step_log", params={"last": 2000}, timeout=10).json()["steps"]
+    steps = httpx.get(server.url + "/step_log", params={"last": 2000}, headers={"Authorization": f"Bearer {KEY}"},
+                      timeout=10).json()["steps"]
     together = max(len(ids & {c["request_id"] for c in s["chunks"]}) for s in steps)
     print(f"at most {together} of the 8 requests in one step")
     assert together >= 4, f"the step log never shows more than {together} of the 8 requests in one step"
@@ -165,7 +166,7 @@ BAD = [  # (path, body changes, status, the field the message must name)
     ("completions", {"top_p": 0}, 400, "top_p"),
     ("completions", {"top_k": -1}, 400, "top_k"),
     ("completions", {"seed": -3}, 400, "seed"),
-    ("completions", {"n": 2}, 400, "n"),
+    ("completions", {"n": 0}, 400, "n"),
     ("completions", {"stop": ""}, 400, "stop"),
     ("completions", {"stop_token_ids": [10 ** 9]}, 400, "stop_token_ids"),
     ("completions", {"prompt": ""}, 400, "prompt"),
@@ -175,7 +176,24 @@ BAD = [  # (path, body changes, status, the field the message must name)
     ("completions", {"max_tokens": 4096}, 400, "max_tokens"),  # fits alone, not with the prompt
     ("completions", {"stream": "yes"}, 400, "stream"),
     ("completions", {"cache_salt": ""}, 400, "cache_salt"),
-    ("completions", {"frequency_penalty_typo": 1}, 400, "frequency_penalty_typo"),
+    ("completions", {"frequency_penalty": 3}, 400, "frequency_penalty"),
+    ("completions", {"presence_penalty": "x"}, 400, "presence_penalty"),
+    ("completions", {"repetition_penalty": 0}, 400, "repetition_penalty"),
+    ("completions", {"min_p": 1.5}, 400, "min_p"),
+    ("completions", {"logit_bias": {"5": 101}}, 400, "logit_bias"),
+    ("completions", {"logit_bias": {"999999999": 1}}, 400, "logit_bias"),
+    ("completions", {"logprobs": 21}, 400, "logprobs"),
+    ("completions", {"echo": "yes"}, 400, "echo"),
+    ("completions", {"prompt": [[1, 2], "x"]}, 400, "prompt"),
+    ("completions", {"prompt": ["a", ""]}, 400, "prompt"),
+    ("completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("completions", {"stream_options": {"continuous_usage_stats": 3}}, 400, "stream_options.continuous_usage_stats"),
+    ("chat/completions", {"response_format": {"type": "json_object"}}, 400, "response_format"),
+    ("chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("chat/completions", {"top_logprobs": 2}, 400, "top_logprobs"),
+    ("chat/completions", {"logprobs": 1}, 400, "logprobs"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
+     "messages.0.content"),
     ("completions", {"model": "gpt-9"}, 404, "model"),
     ("chat/completions", {"messages": []}, 400, "messages"),
     ("chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 400, "messages.0.role"),

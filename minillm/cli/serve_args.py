@@ -48,17 +48,19 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", type=loopback_or_any_host, default="127.0.0.1",
                    help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int_arg(min=1, max=65535), default=8000)
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all routes but /health, /metrics, /version)")
     p.add_argument("--max-num-seqs", type=int_arg(min=1), default=16)
     p.add_argument("--max-num-batched-tokens", type=int_arg(min=1), default=512)
     p.add_argument("--enable-prefix-caching", action="store_true",
                    help="chapter 7's prefix cache (cache_salt works then)")
+    p.add_argument("--max-model-len", type=int_arg(min=1), default=None,
+                   help="the context a request may use, prompt and output (default: the model's, at most 4096)")
 
     def run(args) -> int:
         from minillm.serving.server import serve
 
         serve(args.model, args.host, args.port, args.api_key, args.served_model_name, args.max_num_seqs,
-              args.max_num_batched_tokens, args.enable_prefix_caching)
+              args.max_num_batched_tokens, args.enable_prefix_caching, max_model_len=args.max_model_len)
         return 0
     p.set_defaults(func=run)
 

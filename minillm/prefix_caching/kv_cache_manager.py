@@ -167,6 +167,8 @@ class KVCacheManager:
         """
         if not self.enable_caching or seq.block_table:
             return [], 0
+        if getattr(seq.params, "prompt_logprobs", None) is not None:
+            return [], 0  # as vLLM: a cached prefix has K/V but no logits, and these rows need logits
         usable = (seq.num_tokens - 1) // self.block_size  # full blocks that end before the last token
         blocks = self.lookup(seq.tokens(0, usable * self.block_size), getattr(seq, "cache_salt", None))
         return blocks, len(blocks) * self.block_size

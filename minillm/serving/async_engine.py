@@ -49,6 +49,8 @@ class RequestDelta:
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0  # so far
     error: str | None = None  # the engine refused the request (set on the only delta it gets)
+    logprobs: list | None = None  # per token of token_ids: (logprob, [(id, logprob)]), if asked for
+    prompt_logprobs: list | None = None  # on the first delta, if asked for (see Output.prompt_logprobs)
 
 
 @dataclass
@@ -72,6 +74,9 @@ class _Request:
     out: asyncio.Queue
     num_output: int = 0
     done: bool = False
+    arrival: float = 0.0  # perf_counter when the engine thread took it (for TTFT)
+    last_token: float = 0.0
+    first_token: float = 0.0
 
 
 class RequestStream:
@@ -111,20 +116,23 @@ class AsyncEngine:
         self.error: BaseException | None = None  # an exception that stopped the engine thread
         self._stop = threading.Event()
         self._started = time.perf_counter()
+        self.metrics = None  # a serving.metrics.ServerMetrics, called from the engine thread when set
         self.thread = threading.Thread(target=self._run, name="minillm-engine", daemon=True)
         self.thread.start()
 
     # ---- called from the event loop ----------------------------------------------------------------
     async def submit(self, prompt_ids: list[int], params: SamplingParams, stop=(), request_id: str = "",
-                     cache_salt: str | None = None) -> RequestStream:
-        """Queue a request; returns its stream at once. A refused request's stream yields one error delta."""
+                     cache_salt: str | None = None, fork_of: str | None = None) -> RequestStream:
+        """Queue a request; returns its stream at once. A refused request's stream yields one error delta.
+
+        fork_of: an earlier request with the same prompt whose blocks this one shares (n > 1)."""
         if self.error is not None or not self.thread.is_alive():
             raise RuntimeError(f"the engine thread has stopped: {self.error!r}")
         out: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         stopper = StopStringMatcher(stop)  # checked here, so a bad stop fails in the handler
         prompt = {"prompt_token_ids": list(prompt_ids), "cache_salt": cache_salt} if cache_salt else list(prompt_ids)
-        self.commands.put(("add", request_id, prompt, params, stopper, out, loop))
+        self.commands.put(("add", request_id, prompt, params, stopper, out, loop, fork_of))
         return RequestStream(self, request_id, out)
 
     def abort(self, request_id: str) -> None:
@@ -170,13 +178,13 @@ class AsyncEngine:
 
     def _apply(self, cmd) -> None:
         if cmd[0] == "add":
-            _, rid, prompt, params, stopper, out, loop = cmd
+            _, rid, prompt, params, stopper, out, loop, fork_of = cmd
             tok = self.engine.tokenizer
             num_prompt = len(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else len(prompt)
             req = _Request(rid, num_prompt, IncrementalDetokenizer(tok) if tok is not None else None, stopper, out)
-            req.loop = loop
+            req.loop, req.arrival = loop, time.perf_counter()
             try:
-                self.engine.add_request(prompt, params, request_id=rid)
+                self.engine.add_request(prompt, params, request_id=rid, fork_of=fork_of)
             except ValueError as e:  # the engine refuses it (too long for the pool, a repeated id): a 400
                 self._send(req, RequestDelta("", [], error=str(e)))
                 return
@@ -196,11 +204,19 @@ class AsyncEngine:
                 self.step_log.append(StepRecord(self.num_steps, t - self._started,
                                                 [(c.request_id, c.kind, c.num_new) for c in plan.chunks],
                                                 time.perf_counter() - t))
+        now = time.perf_counter()
+        if self.metrics is not None:
+            self.metrics.on_step(plans)
         for ev in events:
             req = self.requests.get(ev.request_id)
             if req is None:
                 continue  # aborted while this step ran
+            if self.metrics is not None:
+                self.metrics.on_token(now - (req.last_token if req.num_output else req.arrival), req.num_output == 0)
             req.num_output += 1
+            req.last_token = now
+            if req.num_output == 1:
+                req.first_token = now
             text = req.detok.add(ev.token_id) if req.detok is not None else ""
             finish = None
             if ev.output is not None:  # the engine finished it (EOS, a stop token, max_tokens)
@@ -214,9 +230,13 @@ class AsyncEngine:
                 finish = "stop"
             elif finish is not None:
                 text += req.stopper.flush()
-            self._send(req, RequestDelta(text, [ev.token_id], finish, req.num_prompt, req.num_output))
+            self._send(req, RequestDelta(text, [ev.token_id], finish, req.num_prompt, req.num_output,
+                                         logprobs=None if ev.logprobs is None else [ev.logprobs],
+                                         prompt_logprobs=ev.prompt_logprobs))
             if finish is not None:
                 del self.requests[ev.request_id]
+                if self.metrics is not None:
+                    self.metrics.on_finish(req.num_output, now - req.arrival, now - req.first_token, finish)
 
     @staticmethod
     def _send(req: _Request, delta: RequestDelta) -> None:
