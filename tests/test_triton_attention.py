@@ -236,7 +236,7 @@ importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] == "trito
 
 def test_without_triton_everything_else_works_and_the_error_says_how_to_install():
     code = "import importlib.util; _find = importlib.util.find_spec\n" + BLOCK_TRITON + """
-import minillm.engine, minillm.runner, minillm.cli.main
+import minillm.engine, minillm.runner, minillm.cli
 from minillm.kernels import attention_backend_class
 assert attention_backend_class("torch").__name__ == "PagedAttention"
 try:
@@ -320,7 +320,7 @@ def test_benchmark_smoke_run_checks_the_kernel_against_the_reference(tmp_path):
 
 
 def test_check_refuses_an_unknown_attention_backend(capsys):
-    from minillm.cli.main import main
+    from minillm.cli import main
 
     with pytest.raises(SystemExit) as stop:
         main(["check", "--attention", "flash"])
