@@ -13,11 +13,13 @@ has run there), and the zygote forks, for every file to grade, a process that
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import importlib.util
 import inspect
 import io
 import linecache
 import os
+import random
 import re
 import signal
 import socket
@@ -91,7 +93,7 @@ class LearnerEndpoint(rpc.Endpoint):
             value = value[step] if isinstance(step, int) else getattr(value, str(step))
         pointer = value.untyped_storage().data_ptr() if hasattr(value, "untyped_storage") else None
         cls = value if isinstance(value, type) else type(value)
-        return [id(value), pointer, cls.__module__, cls.__qualname__]
+        return [id(value), pointer, cls.__module__, cls.__qualname__, global_random_state()]
 
     def invoke(self, fn, args, kwargs, header):
         """Call fn, remembering its arguments' contents to report any it changes in place."""
@@ -119,6 +121,15 @@ class LearnerEndpoint(rpc.Endpoint):
         if isinstance(e, AttributeError) and isinstance(getattr(e, "obj", None), type(sys)):
             info["missing"] = getattr(e, "name", None)
         return info
+
+
+def global_random_state() -> str:
+    """A digest of this process's global random state: torch's default generator and Python's `random`."""
+    h = hashlib.sha256(repr(random.getstate()).encode())
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        h.update(torch.random.get_rng_state().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _argument_names(fn, args, kwargs) -> dict:
