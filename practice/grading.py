@@ -142,6 +142,14 @@ def global_random_state(learner) -> str:
     return identity(learner, [])[4]
 
 
+def launch(kernel, grid, *args, **kwargs) -> list:
+    """The reader's Triton kernel launched as kernel[grid](*args, **kwargs) in the reader's process, on copies
+    of the tensors given; returns the arguments as the kernel left them (to look at what it wrote, and where)."""
+    from remote import launch as _launch
+
+    return _launch(kernel, grid, args, kwargs)
+
+
 def check_shape(got, shape, what: str) -> None:
     """A tensor of the given shape."""
     if not _is_tensor(got):

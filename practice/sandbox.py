@@ -86,6 +86,8 @@ class LearnerEndpoint(rpc.Endpoint):
                 return load(path, name)
             except BaseException as e:  # noqa: BLE001 — described, as at start-up
                 return {"load_error": describe_load_error(e, self.paths)}
+        if header.get("op") == "launch":
+            return self.launch(header, bufs)
         if header.get("op") != "identity":
             return super().dispatch(header, bufs)
         value = self.exports.get(header.get("ref"))
@@ -94,6 +96,21 @@ class LearnerEndpoint(rpc.Endpoint):
         pointer = value.untyped_storage().data_ptr() if hasattr(value, "untyped_storage") else None
         cls = value if isinstance(value, type) else type(value)
         return [id(value), pointer, cls.__module__, cls.__qualname__, global_random_state()]
+
+    def launch(self, header, bufs):
+        """kernel[grid](*args, **kwargs) on the grader's buffers; the arguments come back as the kernel left them."""
+        if header.get("ref") not in self.exports:
+            raise wire.ProtocolError("a launch of an object that was never shared")
+        grid = header.get("grid")
+        if not isinstance(grid, list) or not 1 <= len(grid) <= 3 or any(type(g) is not int or g < 0 for g in grid):
+            raise wire.ProtocolError("a launch without a grid of 1 to 3 sizes")
+        args = [self.dec(a, bufs) for a in self._list(header.get("args", []))]
+        raw_kwargs = header.get("kwargs", {})
+        if not isinstance(raw_kwargs, dict):
+            raise wire.ProtocolError("keyword arguments that are not a mapping")
+        kwargs = {str(k): self.dec(v, bufs) for k, v in raw_kwargs.items()}
+        self.exports[header["ref"]][tuple(grid)](*args, **kwargs)
+        return args
 
     def invoke(self, fn, args, kwargs, header):
         """Call fn, remembering its arguments' contents to report any it changes in place."""
