@@ -150,7 +150,7 @@ def test_random_workloads_follow_the_rules(learner):
     every block the step touched; after every case: the owners of every block.
     """
     rng = random.Random(5)
-    for case in range(25):
+    for case in range(20):
         block_size = rng.choice([1, 2, 3, 4, 8])
         sizes = [(rng.randint(3, 30), block_size) for _ in range(2)]
         pools = [learner.PrefixBlockPool(n, bs) for n, bs in sizes]
