@@ -102,10 +102,15 @@ def test_the_caches_dtype_is_kept(learner):
 
 
 def test_bad_arguments_are_refused_by_name(learner):
-    k_cache = cache(5, 6, 4, 2, 8)
-    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 10, what="gather_k(k_cache, [5, 0], 10)")
-    check_names(error, 10, "the error for a table too short for 10 tokens")
-    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 6], 8, what="gather_k(k_cache, [5, 6], 8)")
-    check_names(error, 6, "the error for block 6 of a 6-block cache")
+    """The message names the value at fault: the seq_len the table is too short for, the block that is not in
+    the cache (not only the cache's size), a negative seq_len. The numbers cannot be in it by accident."""
+    k_cache = cache(5, 9, 4, 2, 8)
+    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 11, what="gather_k(k_cache, [5, 0], 11)")
+    check_names(error, 11, "the error for a table too short for 11 tokens")
+    for table in ([5, 13, 0], [-3, 1, 2]):
+        bad = next(b for b in table if not 0 <= b < 9)
+        what = f"gather_k(k_cache [9, 4, 2, 8], {table}, 10)"
+        error = check_raises(ValueError, learner.gather_k, k_cache, table, 10, what=what)
+        check_names(error, bad, f"{what}, for block {bad} of a 9-block cache")
     error = check_raises(ValueError, learner.gather_k, k_cache, [1], -1, what="gather_k(k_cache, [1], -1)")
     check_names(error, -1, "the error for seq_len -1")
