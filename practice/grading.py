@@ -45,7 +45,10 @@ def show(x, limit: int = 12) -> str:
 
 
 def check_equal(got, expected, what: str) -> None:
-    """got == expected (tensors compare as lists, tuples as lists); on failure, the first place they differ."""
+    """got == expected (tensors compare as lists, tuples as lists; a tensor expected as a tensor also by its
+    shape, which the lists lose when a dimension is 0); on failure, the first place they differ."""
+    if _is_tensor(got) and _is_tensor(expected) and tuple(got.shape) != tuple(expected.shape):
+        fail(f"{what} has shape {list(got.shape)}; expected {list(expected.shape)}")
     g, e = _plain(got), _plain(expected)
     if g == e:
         return
