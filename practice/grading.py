@@ -45,8 +45,8 @@ def show(x, limit: int = 12) -> str:
 
 
 def check_equal(got, expected, what: str) -> None:
-    """got == expected (tensors compare as lists, tuples as lists; a tensor expected as a tensor also by its
-    shape, which the lists lose when a dimension is 0); on failure, the first place they differ."""
+    """got == expected (tensors compare as lists, tuples as lists; a tensor expected as a tensor
+    also by its shape, which lists lose when a dimension is 0); on failure, where they differ."""
     if _is_tensor(got) and _is_tensor(expected) and tuple(got.shape) != tuple(expected.shape):
         fail(f"{what} has shape {list(got.shape)}; expected {list(expected.shape)}")
     g, e = _plain(got), _plain(expected)
@@ -138,16 +138,17 @@ def defined_in(obj) -> tuple:
 
 
 def global_random_state(learner) -> str:
-    """A digest of the global random state in the reader's process (torch's default generator and Python's
-    `random`): equal before and after a call means the call left it alone."""
+    """A digest of the global random state in the reader's process (torch's default generator and
+    Python's `random`): equal before and after a call means the call left it alone."""
     from remote import identity
 
     return identity(learner, [])[4]
 
 
 def launch(kernel, grid, *args, **kwargs) -> list:
-    """The reader's Triton kernel launched as kernel[grid](*args, **kwargs) in the reader's process, on copies
-    of the tensors given; returns the arguments as the kernel left them (to look at what it wrote, and where)."""
+    """The reader's Triton kernel launched as kernel[grid](*args, **kwargs) in the reader's process,
+    on copies of the tensors given; returns the arguments as the kernel left them (what it wrote,
+    and where)."""
     from remote import launch as _launch
 
     return _launch(kernel, grid, args, kwargs)

@@ -63,7 +63,7 @@ def identity(proxy, path: list) -> tuple:
 
 
 def launch(proxy, grid, args, kwargs) -> list:
-    """proxy[grid](*args, **kwargs) in the reader's process (a Triton kernel): the arguments after the launch."""
+    """proxy[grid](*args, **kwargs) in the reader's process (a Triton kernel); the args after."""
     return proxy._ep.request("launch", proxy, args=args, kwargs=kwargs, grid=[int(g) for g in grid])
 
 

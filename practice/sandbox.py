@@ -98,11 +98,12 @@ class LearnerEndpoint(rpc.Endpoint):
         return [id(value), pointer, cls.__module__, cls.__qualname__, global_random_state()]
 
     def launch(self, header, bufs):
-        """kernel[grid](*args, **kwargs) on the grader's buffers; the arguments come back as the kernel left them."""
+        """kernel[grid](*args, **kwargs) on the grader's buffers, sent back as it left them."""
         if header.get("ref") not in self.exports:
             raise wire.ProtocolError("a launch of an object that was never shared")
         grid = header.get("grid")
-        if not isinstance(grid, list) or not 1 <= len(grid) <= 3 or any(type(g) is not int or g < 0 for g in grid):
+        if not isinstance(grid, list) or not 1 <= len(grid) <= 3 or \
+                any(type(g) is not int or g < 0 for g in grid):
             raise wire.ProtocolError("a launch without a grid of 1 to 3 sizes")
         args = [self.dec(a, bufs) for a in self._list(header.get("args", []))]
         raw_kwargs = header.get("kwargs", {})
@@ -141,7 +142,7 @@ class LearnerEndpoint(rpc.Endpoint):
 
 
 def global_random_state() -> str:
-    """A digest of this process's global random state: torch's default generator and Python's `random`."""
+    """A digest of this process's global random state (torch's default generator, `random`)."""
     h = hashlib.sha256(repr(random.getstate()).encode())
     torch = sys.modules.get("torch")
     if torch is not None:
