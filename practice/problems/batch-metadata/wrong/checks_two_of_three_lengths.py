@@ -1,5 +1,5 @@
-"""Wrong: compares the lengths of num_new and need_logits only: a num_computed of another length is zipped
-away silently (a request dropped, or an extra value ignored).
+"""Wrong: compares the lengths of num_new and need_logits only: a num_computed of another length is
+zipped away silently (a request dropped, or an extra value ignored).
 
 Caught by: test_lists_of_different_lengths_raise_value_error.
 """

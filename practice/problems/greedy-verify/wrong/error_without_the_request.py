@@ -1,4 +1,5 @@
-"""Wrong: the length error does not say which request is at fault (only the formula, with a "1" in it).
+"""Wrong: the length error does not say which request is at fault (only the formula, with a "1" in
+it).
 
 Caught by: test_lengths_that_do_not_fit_are_rejected.
 """

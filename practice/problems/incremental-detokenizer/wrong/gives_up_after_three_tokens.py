@@ -1,5 +1,6 @@
-"""Wrong: gives up waiting after three held tokens and releases the "\ufffd": a character spelled in four
-single-byte tokens (valid, but not how the tokenizer splits it) shows "\ufffd" and then never appears.
+"""Wrong: gives up waiting after three held tokens and releases the "\ufffd": a character spelled in
+four single-byte tokens (valid, but not how the tokenizer splits it) shows "\ufffd" and then never
+appears.
 
 Caught by: test_random_multibyte_texts.
 """
@@ -18,7 +19,8 @@ class IncrementalDetokenizer:
         before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
         window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
         waiting = len(self.token_ids) - self.read_offset
-        if len(window) <= len(before) or window.endswith("\ufffd") and waiting < 3:  # a character is 3 tokens at most
+        # a character takes 3 tokens at most
+        if len(window) <= len(before) or window.endswith("\ufffd") and waiting < 3:
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
         return window[len(before):]

@@ -1,5 +1,5 @@
-"""Wrong: holds back while a "\ufffd" appears anywhere in the window, not only at its end: text that contains
-a literal "\ufffd" (or bytes that can never become a character) stalls until flush.
+"""Wrong: holds back while a "\ufffd" appears anywhere in the window, not only at its end: text that
+contains a literal "\ufffd" (or bytes that can never become a character) stalls until flush.
 
 Caught by: test_random_multibyte_texts.
 """

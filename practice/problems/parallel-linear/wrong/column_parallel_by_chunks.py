@@ -1,5 +1,6 @@
-"""Wrong: column_parallel_linear computes the whole output and cuts it with chunk: it never refuses an output
-size that tp_size does not divide (chunk hands out slices of different sizes, or fewer of them).
+"""Wrong: column_parallel_linear computes the whole output and cuts it with chunk: it never refuses
+an output size that tp_size does not divide (chunk hands out slices of different sizes, or fewer of
+them).
 
 Caught by: test_a_size_that_does_not_divide_is_refused.
 """
@@ -28,7 +29,7 @@ def row_shard(weight: torch.Tensor, rank: int, tp_size: int) -> torch.Tensor:
 
 def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, tp_size: int) -> list[torch.Tensor]:
     """Each rank's slice [..., out / tp_size] of x @ weight.T; no communication."""
-    return list(F.linear(x, weight).chunk(tp_size, -1))  # the whole output, cut into the ranks' slices
+    return list(F.linear(x, weight).chunk(tp_size, -1))  # the whole output, cut in slices
 
 
 def row_parallel_linear(x_slices: list[torch.Tensor], weight: torch.Tensor, tp_size: int, all_reduce) -> list[torch.Tensor]:

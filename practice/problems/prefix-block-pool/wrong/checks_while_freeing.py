@@ -1,5 +1,5 @@
-"""Wrong: free checks each block as it releases it, so a table with one block nobody holds raises only after
-the blocks before it lost an owner: the refused free changed the pool.
+"""Wrong: free checks each block as it releases it, so a table with one block nobody holds raises
+only after the blocks before it lost an owner: the refused free changed the pool.
 
 Caught by: test_random_workloads_follow_the_rules.
 """

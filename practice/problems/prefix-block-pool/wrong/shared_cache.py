@@ -1,5 +1,5 @@
-"""Wrong: the cache lives in class attributes, so every pool shares it: a second pool finds blocks the first
-one cached (and its own allocations overwrite the first pool's names).
+"""Wrong: the cache lives in class attributes, so every pool shares it: a second pool finds blocks
+the first one cached (and its own allocations overwrite the first pool's names).
 
 Caught by: test_random_workloads_follow_the_rules.
 """

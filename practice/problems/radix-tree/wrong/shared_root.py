@@ -1,5 +1,5 @@
-"""Wrong: every tree starts from one module-level root node, so every tree is one tree: a second tree matches what the first
-one inserted.
+"""Wrong: every tree starts from one module-level root node, so every tree is one tree: a second
+tree matches what the first one inserted.
 
 Caught by: test_random_sequences_match_the_longest_common_prefix.
 """

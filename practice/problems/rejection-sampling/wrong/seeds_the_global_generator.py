@@ -1,5 +1,5 @@
-"""Wrong: seeds torch's global generator and draws from it: the same tokens, but every call resets the random
-stream of the whole process (every other sampler's draws start over).
+"""Wrong: seeds torch's global generator and draws from it: the same tokens, but every call resets
+the random stream of the whole process (every other sampler's draws start over).
 
 Caught by: test_the_global_random_state_is_left_alone.
 """

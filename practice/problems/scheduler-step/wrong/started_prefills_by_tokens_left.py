@@ -1,5 +1,5 @@
-"""Wrong: serves the started prefills with the fewest prompt tokens left first, not in running order: when two
-compete for the budget, the later one takes it.
+"""Wrong: serves the started prefills with the fewest prompt tokens left first, not in running
+order: when two compete for the budget, the later one takes it.
 
 Caught by: test_random_states_serve_started_prefills_in_running_order.
 """
@@ -29,7 +29,8 @@ def schedule_step(running: list[Request], waiting: list[Request], token_budget: 
             plan.append((r.request_id, 1))
             budget -= 1
     # 2. prompts already started, the nearest to done first (it starts decoding soonest)
-    started = sorted((r for r in running if r.is_prefilling), key=lambda r: r.num_prompt_tokens - r.num_computed_tokens)
+    started = sorted((r for r in running if r.is_prefilling),
+                     key=lambda r: r.num_prompt_tokens - r.num_computed_tokens)
     for r in started:
         if budget > 0:
             n = min(r.num_prompt_tokens - r.num_computed_tokens, budget)

@@ -1,5 +1,6 @@
-"""Wrong: looks for a possible start of a stop string only from the last occurrence of its first character:
-with the stop 'aab', 'xaa' holds only the last 'a', and the stop that 'b' completes is missed.
+"""Wrong: looks for a possible start of a stop string only from the last occurrence of its first
+character: with the stop 'aab', 'xaa' holds only the last 'a', and the stop that 'b' completes is
+missed.
 
 Caught by: test_random_texts_stops_and_chunkings.
 """

@@ -1,5 +1,6 @@
-"""Wrong: holds back the shortest end of the text that starts a stop string, not the longest: with the stop
-'aab', 'xaa' shows 'xa' and holds 'a', and the 'b' that follows completes a stop no one sees.
+"""Wrong: holds back the shortest end of the text that starts a stop string, not the longest: with
+the stop 'aab', 'xaa' shows 'xa' and holds 'a', and the 'b' that follows completes a stop no one
+sees.
 
 Caught by: test_random_texts_stops_and_chunkings.
 """
@@ -26,7 +27,7 @@ class StopMatcher:
             return text[:best[1]], True
         keep = 0
         for s in self.stops:
-            for n in range(1, min(len(s) - 1, len(text)) + 1):  # the first start found: the shortest
+            for n in range(1, min(len(s) - 1, len(text)) + 1):  # the first start: the shortest
                 if text.endswith(s[:n]):
                     keep = max(keep, n)
                     break

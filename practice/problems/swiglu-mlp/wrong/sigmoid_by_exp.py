@@ -1,5 +1,5 @@
-"""Wrong: computes the sigmoid as exp(z) / (1 + exp(z)): right for small gates, NaN (inf / inf) once exp(z)
-overflows (z above 88 in float32, above 11 in float16).
+"""Wrong: computes the sigmoid as exp(z) / (1 + exp(z)): right for small gates, NaN (inf / inf) once
+exp(z) overflows (z above 88 in float32, above 11 in float16).
 
 Caught by: test_silu_is_z_times_sigmoid_z.
 """

@@ -1,5 +1,6 @@
-"""Wrong: draws the generator's numbers through torch's default generator (loading its state, then copying it
-back): the same tokens, and the generator moves on, but the process's global random state is overwritten.
+"""Wrong: draws the generator's numbers through torch's default generator (loading its state, then
+copying it back): the same tokens, and the generator moves on, but the process's global random state
+is overwritten.
 
 Caught by: test_draws_follow_torch_multinomial_with_the_seed.
 """
@@ -29,7 +30,7 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
     if temperature == 0:
         return logits.argmax(dim=-1)
     probs = top_k_top_p_filter(logits / temperature, top_k, top_p).softmax(dim=-1)
-    torch.set_rng_state(generator.get_state())  # draw the generator's numbers with the default generator
+    torch.set_rng_state(generator.get_state())  # the generator's numbers, by default
     tokens = torch.multinomial(probs, num_samples=1).squeeze(-1)
     generator.set_state(torch.get_rng_state())  # and move the generator on as far
     return tokens

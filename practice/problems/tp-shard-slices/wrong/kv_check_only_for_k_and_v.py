@@ -1,5 +1,6 @@
-"""Wrong: the KV heads are checked only where they are split (k_proj, v_proj): a config whose KV heads and
-tp_size do not divide one another still gets q_proj and o_proj slices, for a model that cannot run.
+"""Wrong: the KV heads are checked only where they are split (k_proj, v_proj): a config whose KV
+heads and tp_size do not divide one another still gets q_proj and o_proj slices, for a model that
+cannot run.
 
 Caught by: test_sizes_that_do_not_divide_are_refused.
 """
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 
 
 def _check(num_attention_heads: int, num_key_value_heads: int, tp_size: int) -> None:
-    if num_attention_heads % tp_size:  # the KV heads are checked where they are split: kv_heads_of_rank
+    if num_attention_heads % tp_size:  # KV heads: kv_heads_of_rank checks them
         raise ValueError(f"tp_size {tp_size} does not divide the {num_attention_heads} query heads")
 
 

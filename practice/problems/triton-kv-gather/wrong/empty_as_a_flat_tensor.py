@@ -1,5 +1,5 @@
-"""Wrong: an empty request returns torch.empty(0): no rows, but not of shape [0, kv_heads, head_dim], and
-float32 whatever the cache holds.
+"""Wrong: an empty request returns torch.empty(0): no rows, but not of shape [0, kv_heads,
+head_dim], and float32 whatever the cache holds.
 
 Caught by: test_an_empty_request_gives_an_empty_tensor.
 """

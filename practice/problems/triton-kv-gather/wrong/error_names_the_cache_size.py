@@ -1,4 +1,5 @@
-"""Wrong: the error for a block that is not in the cache names the cache's size, not the block at fault.
+"""Wrong: the error for a block that is not in the cache names the cache's size, not the block at
+fault.
 
 Caught by: test_bad_arguments_are_refused_by_name.
 """

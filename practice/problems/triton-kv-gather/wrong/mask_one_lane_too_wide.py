@@ -1,5 +1,5 @@
-"""Wrong: the mask is one lane too wide (cols <= ROW): each program writes one number past its row (the next
-program overwrites it, so out looks right), and the last one writes past the end of out.
+"""Wrong: the mask is one lane too wide (cols <= ROW): each program writes one number past its row
+(the next program overwrites it, so out looks right), and the last one writes past the end of out.
 
 Caught by: test_the_kernel_touches_nothing_outside_the_rows.
 """
