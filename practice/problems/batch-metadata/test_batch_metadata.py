@@ -79,8 +79,9 @@ def test_random_mixes_follow_the_definitions(learner, seed):
 
 
 def test_lists_of_different_lengths_raise_value_error(learner):
-    """One entry per request in each of the three lists: whichever list is longer or shorter than the other
-    two, ValueError (zip would silently drop what does not pair up). Compare all three lengths."""
+    """One entry per request in each of the three lists: whichever list is longer or shorter than
+    the other two, ValueError (zip would silently drop what does not pair up). Compare all three
+    lengths."""
     rng = random.Random(3)
     for case in range(12):
         n = rng.randint(1, 6)

@@ -7,9 +7,9 @@ import pytest
 
 from grading import check_equal, share
 
-PIECES = ["a", "b", " ", "the", "é", "ï", "ß", "漢", "字", "東京", "は", "🦀", "😀", "👍🏽", "🇫🇷", "\n", "!", "ok",
-          "\ufffd"]  # a literal "\ufffd" is text like any other
-STRAY = [0xC3, 0xE6, 0xF0, 0x80, 0x9F, 0xBF]  # lead bytes of 2, 3 and 4 byte characters; continuation bytes
+PIECES = ["a", "b", " ", "the", "é", "ï", "ß", "漢", "字", "東京", "は", "🦀", "😀", "👍🏽", "🇫🇷", "\n", "!",
+          "ok", "\ufffd"]  # a literal "\ufffd" is text like any other
+STRAY = [0xC3, 0xE6, 0xF0, 0x80, 0x9F, 0xBF]  # lead bytes (of 2, 3, 4 bytes), continuation bytes
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +25,16 @@ def ids_of(tok, text):
 
 def byte_tokens(tok):
     """The token of each single byte (a byte-level vocabulary spells byte b as one character)."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    moved = [b for b in range(256) if b not in kept]  # the others are spelled chr(256), chr(257), ...
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in kept]  # spelled chr(256), chr(257), ...
     spelling = {b: chr(b) for b in kept} | {b: chr(256 + i) for i, b in enumerate(moved)}
     return [tok.convert_tokens_to_ids(spelling[b]) for b in range(256)]
 
 
 def random_ids(rng, tok, byte):
-    """Pieces as the tokenizer splits them, or spelled byte by byte (valid, but split as it never would),
-    or a stray byte that never becomes a character."""
+    """Pieces as the tokenizer splits them, or spelled byte by byte (valid, but split as it never
+    would), or a stray byte that never becomes a character."""
     ids = []
     for _ in range(rng.randint(1, 10)):
         r, piece = rng.random(), rng.choice(PIECES)
@@ -81,11 +82,13 @@ def test_flush_releases_bytes_that_never_became_a_character(learner, tok):
 
 
 def test_random_multibyte_texts(learner, tok):
-    """No delta ever ends in an unfinished character, text is released as early as possible, and it all adds up.
+    """No delta ever ends in an unfinished character, text is released as early as possible, and it
+    all adds up.
 
-    The tokens are not always the tokenizer's own: a character may come one byte per token, a byte may never
-    become a character, and the text may hold a literal "\ufffd". Only the end of the decoded text says whether
-    a character is unfinished; and however many tokens a character takes, it comes out whole."""
+    The tokens are not always the tokenizer's own: a character may come one byte per token, a byte
+    may never become a character, and the text may hold a literal "\ufffd". Only the end of the
+    decoded text says whether a character is unfinished; and however many tokens a character takes,
+    it comes out whole."""
     rng = random.Random(8)
     byte = byte_tokens(tok)
     for case in range(40):
@@ -99,8 +102,10 @@ def test_random_multibyte_texts(learner, tok):
         want, rest = expected_releases(tok, ids)
         d = learner.IncrementalDetokenizer(tok)
         got = [d.add(t) for t in ids]
-        check_equal(got, want, f"case {case}: add(t) for each of {ids} ({[tok.decode([t]) for t in ids]!r}, "
-                    f"{tok.decode(ids)!r} in all)")
+        pieces = [tok.decode([t]) for t in ids]
+        check_equal(got, want,
+                    f"case {case}: add(t) for each of {ids} ({pieces!r}, {tok.decode(ids)!r} in "
+                    "all)")
         check_equal(d.flush(), rest, f"case {case}: flush() at the end of {ids}")
 
 

@@ -73,8 +73,9 @@ class LocalSum:
 
 
 def test_a_size_that_does_not_divide_is_refused(learner):
-    """A dimension that tp_size does not divide cannot be split evenly: the shards, both layers and the
-    MLP raise ValueError naming the size (10 or more: a number not in the message by accident)."""
+    """A dimension that tp_size does not divide cannot be split evenly: the shards, both layers and
+    the MLP raise ValueError naming the size (10 or more: a number not in the message by accident).
+    """
     W = torch.zeros(6, 5)
     e = check_raises(ValueError, learner.row_shard, W, 0, 2, what="row_shard of a [6, 5] weight at tp_size 2")
     check_names(e, 5, "row_shard([6, 5], tp_size=2)")
@@ -93,9 +94,11 @@ def test_a_size_that_does_not_divide_is_refused(learner):
             (learner.row_shard, (w_odd_cols, tp - 1, tp), f"row_shard([{even}, {odd}])"),
             (learner.column_parallel_linear, (x_even, w_odd_rows, tp),
              f"column_parallel_linear(x [2, {even}], weight [{odd}, {even}])"),
-            (learner.row_parallel_linear, (list(x_odd.tensor_split(tp, -1)), w_odd_cols, tp, all_reduce),
+            (learner.row_parallel_linear, (list(x_odd.tensor_split(tp, -1)), w_odd_cols, tp,
+                                           all_reduce),
              f"row_parallel_linear(weight [{even}, {odd}])"),
-            (learner.tensor_parallel_mlp, (x_even, w_odd_rows, w_odd_rows.flip(0), w_odd_cols, tp, all_reduce),
+            (learner.tensor_parallel_mlp, (x_even, w_odd_rows, w_odd_rows.flip(0), w_odd_cols, tp,
+                                           all_reduce),
              f"tensor_parallel_mlp(gate and up [{odd}, {even}], down [{even}, {odd}])"),
         ]
         for fn, args, what in calls:

@@ -142,13 +142,12 @@ class Model:
 
 
 def test_random_workloads_follow_the_rules(learner):
-    """Random requests built from shared heads on two pools side by side, freed in random order; now and then
-    a free of a table that lists a block nobody holds (or a block held once, twice).
+    """Random requests built from shared heads on two pools side by side, freed in random order; now
+    and then a free of a table that lists a block nobody holds (or a block held once, twice).
 
-    Two pools share nothing: each answers as if it were alone. A refused free raises ValueError and changes
-    nothing, wherever in the table the bad block is. After every step: the free queue, and the owners of
-    every block the step touched; after every case: the owners of every block.
-    """
+    Two pools share nothing: each answers as if it were alone. A refused free raises ValueError and
+    changes nothing, wherever in the table the bad block is. After every step: the free queue, and
+    the owners of every block the step touched; after every case: the owners of every block."""
     rng = random.Random(5)
     for case in range(20):
         block_size = rng.choice([1, 2, 3, 4, 8])
@@ -160,15 +159,17 @@ def test_random_workloads_follow_the_rules(learner):
         for step in range(40):
             k = rng.randrange(2)  # the same heads: a pool that finds the other's blocks is caught
             pool, model, num_blocks = pools[k], models[k], sizes[k][0]
-            name = f"case {case}, pool {k} of two (of {sizes[0][0]} and {sizes[1][0]} blocks of {block_size}), " \
-                   f"step {step}"
+            name = (f"case {case}, pool {k} of two (of {sizes[0][0]} and {sizes[1][0]} blocks of "
+                    f"{block_size}), step {step}")
             table = list(rng.choice(held[k])) if held[k] else []
             faults = [b for b in range(num_blocks) if table and table.count(b) >= model.owners[b]]
             if faults and rng.random() < 0.15:
                 bad = rng.choice(faults)
-                table.insert(rng.randint(0, len(table)), bad)  # anywhere: the check must come before any change
-                check_raises(ValueError, pool.free, table, what=f"{name}: free({table}), whose block {bad} "
-                             f"is held by {model.owners[bad]} request(s) but listed {table.count(bad)} time(s)")
+                table.insert(rng.randint(0, len(table)), bad)  # anywhere: check before any change
+                check_raises(ValueError, pool.free, table,
+                             what=f"{name}: free({table}), whose block {bad} is held by "
+                                  f"{model.owners[bad]} request(s) but listed {table.count(bad)} "
+                                  "time(s)")
                 touched, did = table, f"the refused free({table}) (a refused call changes nothing)"
             elif held[k] and rng.random() < 0.4:
                 table = held[k].pop(rng.randrange(len(held[k])))
@@ -181,7 +182,8 @@ def test_random_workloads_follow_the_rules(learner):
                 want = model.allocate(tokens)
                 what = did = f"allocate({tokens})"
                 if want is None:
-                    check_raises(learner.OutOfBlocksError, pool.allocate, tokens, what=f"{name}: {what}")
+                    check_raises(learner.OutOfBlocksError, pool.allocate, tokens,
+                                 what=f"{name}: {what}")
                 else:
                     check_equal(pool.allocate(tokens), want, f"{name}: {what}")
                     held[k].append(want)
@@ -191,5 +193,6 @@ def test_random_workloads_follow_the_rules(learner):
                         {"free_queue": model.queue, "owners": {b: model.owners[b] for b in blocks}},
                         f"{name}: the pool after {did}")
         for k in range(2):
-            check_equal(state(pools[k], sizes[k][0]), {"free_queue": models[k].queue, "owners": models[k].owners},
+            check_equal(state(pools[k], sizes[k][0]),
+                        {"free_queue": models[k].queue, "owners": models[k].owners},
                         f"case {case}, pool {k}, after its last step")

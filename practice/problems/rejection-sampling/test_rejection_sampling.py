@@ -62,8 +62,8 @@ def test_the_draws_follow_the_prescribed_order(learner):
 
 
 def test_the_global_random_state_is_left_alone(learner):
-    """Draw only from the seeded generator of the call: torch.manual_seed, or torch.rand without generator=,
-    changes the random stream of everything else the engine samples."""
+    """Draw only from the seeded generator of the call: torch.manual_seed, or torch.rand without
+    generator=, changes the random stream of everything else the engine samples."""
     rng = random.Random(9)
     gen = torch.Generator().manual_seed(9)
     for case in range(12):
@@ -74,8 +74,9 @@ def test_the_global_random_state_is_left_alone(learner):
         before = global_random_state(learner)
         learner.rejection_sample(p, q, draft, seed)
         check_equal(global_random_state(learner) == before, True,
-                    f"case {case}: whether rejection_sample(k={k}, vocabulary {V}, seed {seed}) left the global random "
-                    "state of its process (torch's default generator, Python's random) as it was")
+                    f"case {case}: whether rejection_sample(k={k}, vocabulary {V}, seed {seed}) "
+                    "left the global random state of its process (torch's default generator, "
+                    "Python's random) as it was")
 
 
 def test_the_emitted_token_is_distributed_as_the_target(learner):

@@ -35,9 +35,9 @@ def silu(z):
 
 
 def test_silu_is_z_times_sigmoid_z(learner):
-    """silu(z) = z * sigmoid(z) for every gate: not sigmoid(z), not relu, not gelu; and finite for large gates,
-    in float32 and in float16 (exp(z) / (1 + exp(z)) is inf / inf once exp(z) overflows: use torch.sigmoid
-    or F.silu, which never do)."""
+    """silu(z) = z * sigmoid(z) for every gate: not sigmoid(z), not relu, not gelu; and finite for
+    large gates, in float32 and in float16 (exp(z) / (1 + exp(z)) is inf / inf once exp(z)
+    overflows: use torch.sigmoid or F.silu, which never do)."""
     rng = random.Random(4)
     for dtype, top, tol in ((torch.float32, 1e4, 1e-6), (torch.float16, 200.0, 2e-3)):
         edges = [2.0, -1.5, 0.3, 0.0, 11.5, 12.0, 30.0, 89.0, 100.0, top]

@@ -111,8 +111,8 @@ def test_sizes_that_do_not_divide_are_refused(learner):
     e = check_raises(ValueError, learner.kv_heads_of_rank, 3, 0, 2, what="kv_heads_of_rank(3, 0, 2)")
     check_names(e, 2, "tp_size 2 over 3 KV heads")
     rng = random.Random(11)
-    bad_kv = [(4, 6), (6, 4), (8, 12), (3, 2), (5, 2), (6, 9)]  # (tp, KV heads): neither divides the other
-    bad_q = [(3, 1, 4), (4, 2, 6), (8, 4, 12), (5, 1, 6)]  # (tp, KV heads, query heads): tp does not divide
+    bad_kv = [(4, 6), (6, 4), (8, 12), (3, 2), (5, 2), (6, 9)]  # (tp, KV heads): neither divides
+    bad_q = [(3, 1, 4), (4, 2, 6), (8, 4, 12), (5, 1, 6)]  # (tp, KV, query heads): tp cannot divide
     configs = [(tp, kv, tp * kv * rng.choice([1, 2])) for tp, kv in bad_kv] + bad_q
     for tp, kv, heads in configs:
         hd, d = rng.choice([2, 4]), 4
@@ -120,10 +120,13 @@ def test_sizes_that_do_not_divide_are_refused(learner):
         shapes = {"q_proj": (heads * hd, d), "k_proj": (kv * hd, d), "v_proj": (kv * hd, d),
                   "o_proj": (d, heads * hd)}
         for module, shape in shapes.items():
-            what = f"shard_for_rank of {module} at tp_size {tp} (rank {rank}), {heads} query and {kv} KV heads"
-            e = check_raises(ValueError, learner.shard_for_rank, f"model.layers.0.self_attn.{module}.weight",
-                             torch.zeros(*shape), rank, tp, heads, kv, hd, what=what)
+            what = (f"shard_for_rank of {module} at tp_size {tp} (rank {rank}), {heads} query and "
+                    f"{kv} KV heads")
+            name = f"model.layers.0.self_attn.{module}.weight"
+            e = check_raises(ValueError, learner.shard_for_rank, name, torch.zeros(*shape), rank,
+                             tp, heads, kv, hd, what=what)
             check_names(e, tp, what)
         if kv % tp and tp % kv:
             what = f"kv_heads_of_rank({kv}, {rank}, {tp})"
-            check_names(check_raises(ValueError, learner.kv_heads_of_rank, kv, rank, tp, what=what), tp, what)
+            e = check_raises(ValueError, learner.kv_heads_of_rank, kv, rank, tp, what=what)
+            check_names(e, tp, what)

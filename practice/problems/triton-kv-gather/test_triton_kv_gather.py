@@ -51,8 +51,9 @@ def test_extra_blocks_in_the_table_are_ignored(learner):
 
 
 def test_an_empty_request_gives_an_empty_tensor(learner):
-    """seq_len 0: a tensor of shape [0, kv_heads, head_dim] in the cache's dtype, like any other length."""
-    for kv_heads, head_dim, dtype in ((2, 8, torch.float32), (3, 12, torch.float16), (1, 4, torch.float64)):
+    """seq_len 0: a tensor [0, kv_heads, head_dim] in the cache's dtype, as for any length."""
+    for kv_heads, head_dim, dtype in ((2, 8, torch.float32), (3, 12, torch.float16),
+                                      (1, 4, torch.float64)):
         k_cache = cache(3, 2, 4, kv_heads, head_dim, dtype)
         for table in ([], [1]):
             got = learner.gather_k(k_cache, table, 0)
@@ -65,32 +66,36 @@ MARK = -7777.0  # no cache holds it: a marker where the kernel must neither writ
 
 
 def test_the_kernel_touches_nothing_outside_the_rows(learner):
-    """gather_k_kernel launched as gather_k launches it, on a cache and an output each followed by marker values:
-    every row is right, and the markers after out are untouched. A mask one lane too wide writes past each row;
-    the next program overwrites it and hides it, but not the last one. Mask tl.load and tl.store with
-    cols < ROW (and load with other= a value that never reaches out)."""
+    """gather_k_kernel launched as gather_k launches it, on a cache and an output each followed by
+    marker values: every row is right, and the markers after out are untouched. A mask one lane too
+    wide writes past each row; the next program overwrites it and hides it, but not the last one.
+    Mask tl.load and tl.store with cols < ROW (and load with other= a value that never reaches out).
+    """
     rng = random.Random(12)
     for case in range(8):
-        block_size, kv_heads, head_dim = rng.choice([1, 3, 4, 8]), rng.randint(1, 3), rng.choice([4, 6, 8, 12, 20])
+        block_size, kv_heads = rng.choice([1, 3, 4, 8]), rng.randint(1, 3)
+        head_dim = rng.choice([4, 6, 8, 12, 20])
         row = kv_heads * head_dim
         seq_len = rng.randint(1, 20)
         need = -(-seq_len // block_size)
         num_blocks = need + rng.randint(0, 2)
-        table = rng.sample(range(num_blocks - 1), need - 1) + [num_blocks - 1]  # the cache's last block is read
+        table = rng.sample(range(num_blocks - 1), need - 1) + [num_blocks - 1]  # read the last
         k_cache = cache(20 + case, num_blocks, block_size, kv_heads, head_dim)
         width = 1 << (row - 1).bit_length()  # the next power of two
         pad = torch.full((2 * width,), MARK)
         args = launch(learner.gather_k_kernel, (seq_len,), torch.cat([k_cache.flatten(), pad]),
-                      torch.tensor(table, dtype=torch.long), torch.full((seq_len * row + 2 * width,), MARK),
-                      k_cache.stride(0), k_cache.stride(1), ROW=row, BLOCK=width, BLOCK_SIZE=block_size)
+                      torch.tensor(table, dtype=torch.long),
+                      torch.full((seq_len * row + 2 * width,), MARK), k_cache.stride(0),
+                      k_cache.stride(1), ROW=row, BLOCK=width, BLOCK_SIZE=block_size)
         out = args[2]
-        what = (f"case {case}: gather_k_kernel[({seq_len},)] on a cache [{num_blocks}, {block_size}, {kv_heads}, "
-                f"{head_dim}] (ROW {row}, BLOCK {width}) and the table {table}")
-        check_equal(out[:seq_len * row].view(seq_len, kv_heads, head_dim), expected(k_cache, table, seq_len),
-                    f"{what}: out")
+        what = (f"case {case}: gather_k_kernel[({seq_len},)] on a cache [{num_blocks}, "
+                f"{block_size}, {kv_heads}, {head_dim}] (ROW {row}, BLOCK {width}) and the table "
+                f"{table}")
+        check_equal(out[:seq_len * row].view(seq_len, kv_heads, head_dim),
+                    expected(k_cache, table, seq_len), f"{what}: out")
         wrote = [i for i, x in enumerate(out[seq_len * row:].tolist()) if x != MARK]
-        check_equal(wrote, [], f"{what}: the elements after the end of out that your kernel wrote (store only "
-                    "where cols < ROW)")
+        check_equal(wrote, [], f"{what}: the elements after the end of out that your kernel wrote "
+                    "(store only where cols < ROW)")
 
 
 def test_the_caches_dtype_is_kept(learner):
@@ -102,10 +107,12 @@ def test_the_caches_dtype_is_kept(learner):
 
 
 def test_bad_arguments_are_refused_by_name(learner):
-    """The message names the value at fault: the seq_len the table is too short for, the block that is not in
-    the cache (not only the cache's size), a negative seq_len. The numbers cannot be in it by accident."""
+    """The message names the value at fault: the seq_len the table is too short for, the block that
+    is not in the cache (not only the cache's size), a negative seq_len. The numbers cannot be in it
+    by accident."""
     k_cache = cache(5, 9, 4, 2, 8)
-    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 11, what="gather_k(k_cache, [5, 0], 11)")
+    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 11,
+                         what="gather_k(k_cache, [5, 0], 11)")
     check_names(error, 11, "the error for a table too short for 11 tokens")
     for table in ([5, 13, 0], [-3, 1, 2]):
         bad = next(b for b in table if not 0 <= b < 9)
