@@ -28,7 +28,10 @@ def fail(message: str):
 
 
 def check_equal(got, expected, what: str) -> None:
-    """got == expected (tensors compare as lists, tuples as lists); on failure, the first place they differ."""
+    """got == expected (tensors compare as lists, tuples as lists; a tensor expected as a tensor
+    also by its shape, which lists lose when a dimension is 0); on failure, where they differ."""
+    if _is_tensor(got) and _is_tensor(expected) and tuple(got.shape) != tuple(expected.shape):
+        fail(f"{what} has shape {list(got.shape)}; expected {list(expected.shape)}")
     g, e = _plain(got), _plain(expected)
     if g == e:
         return
@@ -114,7 +117,24 @@ def defined_in(obj) -> tuple:
     """(module, class name) of the reader's object, or of the reader's class itself: whose code is it?"""
     from remote import identity
 
-    return identity(obj, [])[2:]
+    return identity(obj, [])[2:4]
+
+
+def global_random_state(learner) -> str:
+    """A digest of the global random state in the reader's process (torch's default generator and
+    Python's `random`): equal before and after a call means the call left it alone."""
+    from remote import identity
+
+    return identity(learner, [])[4]
+
+
+def launch(kernel, grid, *args, **kwargs) -> list:
+    """The reader's Triton kernel launched as kernel[grid](*args, **kwargs) in the reader's process,
+    on copies of the tensors given; returns the arguments as the kernel left them (what it wrote,
+    and where)."""
+    from remote import launch as _launch
+
+    return _launch(kernel, grid, args, kwargs)
 
 
 def check_shape(got, shape, what: str) -> None:

@@ -62,6 +62,11 @@ def identity(proxy, path: list) -> tuple:
     return tuple(proxy._ep.request("identity", proxy, path=path))
 
 
+def launch(proxy, grid, args, kwargs) -> list:
+    """proxy[grid](*args, **kwargs) in the reader's process (a Triton kernel); the args after."""
+    return proxy._ep.request("launch", proxy, args=args, kwargs=kwargs, grid=[int(g) for g in grid])
+
+
 def _is_module(obj) -> bool:
     nn = sys.modules.get("torch.nn")
     return nn is not None and isinstance(obj, nn.Module)

@@ -13,11 +13,13 @@ has run there), and the zygote forks, for every file to grade, a process that
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import importlib.util
 import inspect
 import io
 import linecache
 import os
+import random
 import re
 import signal
 import socket
@@ -84,6 +86,8 @@ class LearnerEndpoint(rpc.Endpoint):
                 return load(path, name)
             except BaseException as e:  # noqa: BLE001 — described, as at start-up
                 return {"load_error": describe_load_error(e, self.paths)}
+        if header.get("op") == "launch":
+            return self.launch(header, bufs)
         if header.get("op") != "identity":
             return super().dispatch(header, bufs)
         value = self.exports.get(header.get("ref"))
@@ -91,7 +95,23 @@ class LearnerEndpoint(rpc.Endpoint):
             value = value[step] if isinstance(step, int) else getattr(value, str(step))
         pointer = value.untyped_storage().data_ptr() if hasattr(value, "untyped_storage") else None
         cls = value if isinstance(value, type) else type(value)
-        return [id(value), pointer, cls.__module__, cls.__qualname__]
+        return [id(value), pointer, cls.__module__, cls.__qualname__, global_random_state()]
+
+    def launch(self, header, bufs):
+        """kernel[grid](*args, **kwargs) on the grader's buffers, sent back as it left them."""
+        if header.get("ref") not in self.exports:
+            raise wire.ProtocolError("a launch of an object that was never shared")
+        grid = header.get("grid")
+        if not isinstance(grid, list) or not 1 <= len(grid) <= 3 or \
+                any(type(g) is not int or g < 0 for g in grid):
+            raise wire.ProtocolError("a launch without a grid of 1 to 3 sizes")
+        args = [self.dec(a, bufs) for a in self._list(header.get("args", []))]
+        raw_kwargs = header.get("kwargs", {})
+        if not isinstance(raw_kwargs, dict):
+            raise wire.ProtocolError("keyword arguments that are not a mapping")
+        kwargs = {str(k): self.dec(v, bufs) for k, v in raw_kwargs.items()}
+        self.exports[header["ref"]][tuple(grid)](*args, **kwargs)
+        return args
 
     def invoke(self, fn, args, kwargs, header):
         """Call fn, remembering its arguments' contents to report any it changes in place."""
@@ -119,6 +139,15 @@ class LearnerEndpoint(rpc.Endpoint):
         if isinstance(e, AttributeError) and isinstance(getattr(e, "obj", None), type(sys)):
             info["missing"] = getattr(e, "name", None)
         return info
+
+
+def global_random_state() -> str:
+    """A digest of this process's global random state (torch's default generator, `random`)."""
+    h = hashlib.sha256(repr(random.getstate()).encode())
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        h.update(torch.random.get_rng_state().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _argument_names(fn, args, kwargs) -> dict:

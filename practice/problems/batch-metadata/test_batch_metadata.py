@@ -79,9 +79,22 @@ def test_random_mixes_follow_the_definitions(learner, seed):
 
 
 def test_lists_of_different_lengths_raise_value_error(learner):
-    """One entry per request in each of the three lists."""
-    check_raises(ValueError, learner.batch_metadata, [0, 1], [1], [True, True], what="lists of lengths 2, 1, 2")
-    check_raises(ValueError, learner.batch_metadata, [0], [1], [True, False], what="lists of lengths 1, 1, 2")
+    """One entry per request in each of the three lists: whichever list is longer or shorter than
+    the other two, ValueError (zip would silently drop what does not pair up). Compare all three
+    lengths."""
+    rng = random.Random(3)
+    for case in range(12):
+        n = rng.randint(1, 6)
+        lists = [[rng.randint(0, 9) for _ in range(n)], [rng.randint(1, 5) for _ in range(n)],
+                 [rng.random() < 0.5 for _ in range(n)]]
+        odd = case % 3  # num_computed, num_new, need_logits in turn
+        if n > 1 and case % 2:
+            del lists[odd][rng.randrange(n):]  # shorter
+        else:
+            lists[odd] += lists[odd][:1] * rng.randint(1, 2)  # longer
+        check_raises(ValueError, learner.batch_metadata, *lists,
+                     what=f"batch_metadata({lists[0]}, {lists[1]}, {lists[2]}): lists of lengths "
+                          f"{', '.join(str(len(x)) for x in lists)}")
 
 
 @pytest.mark.parametrize("num_computed, num_new, bad", [([3, 5], [2, 0], 0), ([3, 5, 1], [2, 4, -3], -3),

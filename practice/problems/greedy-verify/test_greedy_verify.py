@@ -3,6 +3,7 @@ a per-position oracle; arguments left unchanged; errors that name the request.""
 
 import copy
 import random
+import re
 
 from grading import check_equal, check_raises
 
@@ -61,8 +62,30 @@ def test_the_arguments_are_left_unchanged(learner):
 
 
 def test_lengths_that_do_not_fit_are_rejected(learner):
-    """Each request needs one more target token than proposals, and both lists one row per request."""
-    e = check_raises(ValueError, learner.greedy_verify, [[1, 2], [3, 4]], [[1], [3, 4]],
-                     what="greedy_verify with request 1 having 2 target tokens for 2 proposals")
-    check_equal(all(s in str(e) for s in ("1", "2")), True, f"whether the message {str(e)!r} names request 1 and the lengths")
-    check_raises(ValueError, learner.greedy_verify, [[1, 2]], [[1], [2]], what="greedy_verify with 1 row of argmax, 2 of proposals")
+    """Each request needs one more target token than proposals, and both lists one row per request.
+
+    The message names the request at fault by its index and both its lengths (a batch of 12 to 19
+    requests, the bad one at index 10 or later, lengths 5 to 9: numbers that cannot be in the
+    message by accident)."""
+    rng = random.Random(6)
+    for case in range(6):
+        size = rng.randint(12, 19)
+        draft = [[rng.randrange(20) for _ in range(rng.randint(0, 3))] for _ in range(size)]
+        target = [[rng.randrange(20) for _ in range(len(d) + 1)] for d in draft]
+        bad = rng.randint(10, size - 1)
+        n = rng.randint(5, 8)
+        m = rng.choice([x for x in range(5, 10) if x not in (n, n + 1)])
+        draft[bad] = [rng.randrange(20) for _ in range(n)]
+        target[bad] = [rng.randrange(20) for _ in range(m)]
+        what = (f"case {case}: greedy_verify of {size} requests, request {bad} with {m} target "
+                f"tokens for {n} proposals")
+        e = check_raises(ValueError, learner.greedy_verify, target, draft, what=what)
+        missing = [x for x in (bad, m, n) if not re.search(rf"(?<![0-9]){x}(?![0-9])", str(e))]
+        check_equal(missing, [], f"{what}: the numbers its message {str(e)!r} should name, "
+                    "but does not "
+                    f"(the request's index {bad}, its {m} target tokens, its {n} proposals)")
+    e = check_raises(ValueError, learner.greedy_verify, [[7]] * 11, [[]] * 12,
+                     what="greedy_verify with 11 rows of argmax, 12 of proposals")
+    missing = [x for x in (11, 12) if not re.search(rf"(?<![0-9]){x}(?![0-9])", str(e))]
+    check_equal(missing, [], f"the numbers of rows (11 and 12) its message {str(e)!r} should name, "
+                "but does not")

@@ -7,7 +7,9 @@ import pytest
 
 from grading import check_equal, share
 
-PIECES = ["a", "b", " ", "the", "é", "ï", "ß", "漢", "字", "東京", "は", "🦀", "😀", "👍🏽", "🇫🇷", "\n", "!", "ok"]
+PIECES = ["a", "b", " ", "the", "é", "ï", "ß", "漢", "字", "東京", "は", "🦀", "😀", "👍🏽", "🇫🇷", "\n", "!",
+          "ok", "\ufffd"]  # a literal "\ufffd" is text like any other
+STRAY = [0xC3, 0xE6, 0xF0, 0x80, 0x9F, 0xBF]  # lead bytes (of 2, 3, 4 bytes), continuation bytes
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +21,30 @@ def tok():
 
 def ids_of(tok, text):
     return list(tok(text, add_special_tokens=False).input_ids)
+
+
+def byte_tokens(tok):
+    """The token of each single byte (a byte-level vocabulary spells byte b as one character)."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in kept]  # spelled chr(256), chr(257), ...
+    spelling = {b: chr(b) for b in kept} | {b: chr(256 + i) for i, b in enumerate(moved)}
+    return [tok.convert_tokens_to_ids(spelling[b]) for b in range(256)]
+
+
+def random_ids(rng, tok, byte):
+    """Pieces as the tokenizer splits them, or spelled byte by byte (valid, but split as it never
+    would), or a stray byte that never becomes a character."""
+    ids = []
+    for _ in range(rng.randint(1, 10)):
+        r, piece = rng.random(), rng.choice(PIECES)
+        if r < 0.6:
+            ids += ids_of(tok, piece)
+        elif r < 0.85:
+            ids += [byte[b] for b in piece.encode()]
+        else:
+            ids.append(byte[rng.choice(STRAY)])
+    return ids
 
 
 def expected_releases(tok, ids):
@@ -56,17 +82,30 @@ def test_flush_releases_bytes_that_never_became_a_character(learner, tok):
 
 
 def test_random_multibyte_texts(learner, tok):
-    """No delta ever ends in an unfinished character, text is released as early as possible, and it all adds up."""
+    """No delta ever ends in an unfinished character, text is released as early as possible, and it
+    all adds up.
+
+    The tokens are not always the tokenizer's own: a character may come one byte per token, a byte
+    may never become a character, and the text may hold a literal "\ufffd". Only the end of the
+    decoded text says whether a character is unfinished; and however many tokens a character takes,
+    it comes out whole."""
     rng = random.Random(8)
-    for case in range(25):
-        text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 14)))
-        ids = ids_of(tok, text)
-        if rng.random() < 0.3:
-            ids = ids[:rng.randint(1, len(ids))]  # cut anywhere, even inside a character
+    byte = byte_tokens(tok)
+    for case in range(40):
+        if case % 2:
+            ids = random_ids(rng, tok, byte)
+        else:
+            text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 14)))
+            ids = ids_of(tok, text)
+            if rng.random() < 0.3:
+                ids = ids[:rng.randint(1, len(ids))]  # cut anywhere, even inside a character
         want, rest = expected_releases(tok, ids)
         d = learner.IncrementalDetokenizer(tok)
         got = [d.add(t) for t in ids]
-        check_equal(got, want, f"case {case}: add(t) for each of {ids} ({tok.decode(ids)!r})")
+        pieces = [tok.decode([t]) for t in ids]
+        check_equal(got, want,
+                    f"case {case}: add(t) for each of {ids} ({pieces!r}, {tok.decode(ids)!r} in "
+                    "all)")
         check_equal(d.flush(), rest, f"case {case}: flush() at the end of {ids}")
 
 

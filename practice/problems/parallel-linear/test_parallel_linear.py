@@ -64,13 +64,46 @@ def test_shards_tile_the_weight_at_random_shapes(learner):
         check_close(torch.cat(rows, 1), W, f"case {case}: row shards of a [{out}, {inp}] weight at tp {tp}, side by side")
 
 
+class LocalSum:
+    """An all-reduce in the grader's process, for calls that must be refused before any reduce."""
+
+    def __call__(self, tensors):
+        total = sum(tensors)
+        return [total.clone() for _ in tensors]
+
+
 def test_a_size_that_does_not_divide_is_refused(learner):
-    """A dimension that tp_size does not divide cannot be split evenly: ValueError naming both numbers."""
+    """A dimension that tp_size does not divide cannot be split evenly: the shards, both layers and
+    the MLP raise ValueError naming the size (10 or more: a number not in the message by accident).
+    """
     W = torch.zeros(6, 5)
     e = check_raises(ValueError, learner.row_shard, W, 0, 2, what="row_shard of a [6, 5] weight at tp_size 2")
     check_names(e, 5, "row_shard([6, 5], tp_size=2)")
-    e = check_raises(ValueError, learner.column_shard, W, 0, 4, what="column_shard of a [6, 5] weight at tp_size 4")
-    check_names(e, 6, "column_shard([6, 5], tp_size=4)")
+    rng = random.Random(8)
+    all_reduce = share(LocalSum(), call=True)
+    for case in range(6):
+        tp = rng.choice([3, 4, 5])
+        even = tp * rng.randint(3, 5)
+        odd = even + rng.randint(1, tp - 1)  # tp_size does not divide it
+        g = torch.Generator().manual_seed(case)
+        x_even, x_odd = torch.randn(2, even, generator=g), torch.randn(2, odd, generator=g)
+        w_odd_rows = torch.randn(odd, even, generator=g)  # an output size tp_size does not divide
+        w_odd_cols = torch.randn(even, odd, generator=g)  # an input size tp_size does not divide
+        calls = [
+            (learner.column_shard, (w_odd_rows, 0, tp), f"column_shard([{odd}, {even}])"),
+            (learner.row_shard, (w_odd_cols, tp - 1, tp), f"row_shard([{even}, {odd}])"),
+            (learner.column_parallel_linear, (x_even, w_odd_rows, tp),
+             f"column_parallel_linear(x [2, {even}], weight [{odd}, {even}])"),
+            (learner.row_parallel_linear, (list(x_odd.tensor_split(tp, -1)), w_odd_cols, tp,
+                                           all_reduce),
+             f"row_parallel_linear(weight [{even}, {odd}])"),
+            (learner.tensor_parallel_mlp, (x_even, w_odd_rows, w_odd_rows.flip(0), w_odd_cols, tp,
+                                           all_reduce),
+             f"tensor_parallel_mlp(gate and up [{odd}, {even}], down [{even}, {odd}])"),
+        ]
+        for fn, args, what in calls:
+            e = check_raises(ValueError, fn, *args, what=f"case {case}: {what} at tp_size {tp}")
+            check_names(e, odd, f"case {case}: {what} at tp_size {tp}")
 
 
 def test_column_parallel_slices_are_the_unsplit_output(learner):

@@ -142,37 +142,57 @@ class Model:
 
 
 def test_random_workloads_follow_the_rules(learner):
-    """Random requests built from shared heads, on pools of any size and block size, freed in random order.
+    """Random requests built from shared heads on two pools side by side, freed in random order; now
+    and then a free of a table that lists a block nobody holds (or a block held once, twice).
 
-    After every step: the free queue, and the owners of every block the step touched; after every case:
-    the owners of every block. (Asking for all owners at every step made this test slow on a busy machine.)
-    """
+    Two pools share nothing: each answers as if it were alone. A refused free raises ValueError and
+    changes nothing, wherever in the table the bad block is. After every step: the free queue, and
+    the owners of every block the step touched; after every case: the owners of every block."""
     rng = random.Random(5)
-    for case in range(25):
-        num_blocks, block_size = rng.randint(3, 30), rng.choice([1, 2, 3, 4, 8])
-        pool, model = learner.PrefixBlockPool(num_blocks, block_size), Model(num_blocks, block_size)
+    for case in range(20):
+        block_size = rng.choice([1, 2, 3, 4, 8])
+        sizes = [(rng.randint(3, 30), block_size) for _ in range(2)]
+        pools = [learner.PrefixBlockPool(n, bs) for n, bs in sizes]
+        models = [Model(n, bs) for n, bs in sizes]
         heads = [[rng.randrange(9) for _ in range(rng.randint(0, 3 * block_size + 2))] for _ in range(3)]
-        held = []
-        for step in range(30):
-            if held and rng.random() < 0.4:
-                table = held.pop(rng.randrange(len(held)))
+        held = [[], []]
+        for step in range(40):
+            k = rng.randrange(2)  # the same heads: a pool that finds the other's blocks is caught
+            pool, model, num_blocks = pools[k], models[k], sizes[k][0]
+            name = (f"case {case}, pool {k} of two (of {sizes[0][0]} and {sizes[1][0]} blocks of "
+                    f"{block_size}), step {step}")
+            table = list(rng.choice(held[k])) if held[k] else []
+            faults = [b for b in range(num_blocks) if table and table.count(b) >= model.owners[b]]
+            if faults and rng.random() < 0.15:
+                bad = rng.choice(faults)
+                table.insert(rng.randint(0, len(table)), bad)  # anywhere: check before any change
+                check_raises(ValueError, pool.free, table,
+                             what=f"{name}: free({table}), whose block {bad} is held by "
+                                  f"{model.owners[bad]} request(s) but listed {table.count(bad)} "
+                                  "time(s)")
+                touched, did = table, f"the refused free({table}) (a refused call changes nothing)"
+            elif held[k] and rng.random() < 0.4:
+                table = held[k].pop(rng.randrange(len(held[k])))
                 pool.free(table)
                 model.free(table)
-                touched = table
+                touched, did = table, f"free({table})"
             else:
                 tokens = rng.choice(heads) + [rng.randrange(9) for _ in range(rng.randint(1, 2 * block_size))]
                 touched = model.lookup(tokens)  # a refused allocate must leave its hits' owners as they were
                 want = model.allocate(tokens)
-                what = f"case {case} (pool of {num_blocks} x {block_size}), step {step}: allocate({tokens})"
+                what = did = f"allocate({tokens})"
                 if want is None:
-                    check_raises(learner.OutOfBlocksError, pool.allocate, tokens, what=what)
+                    check_raises(learner.OutOfBlocksError, pool.allocate, tokens,
+                                 what=f"{name}: {what}")
                 else:
-                    check_equal(pool.allocate(tokens), want, what)
-                    held.append(want)
+                    check_equal(pool.allocate(tokens), want, f"{name}: {what}")
+                    held[k].append(want)
                     touched = want
             blocks = sorted(set(touched))
             check_equal({"free_queue": pool.free_queue(), "owners": {b: pool.ref_count(b) for b in blocks}},
                         {"free_queue": model.queue, "owners": {b: model.owners[b] for b in blocks}},
-                        f"case {case}, the pool after step {step}")
-        check_equal(state(pool, num_blocks), {"free_queue": model.queue, "owners": model.owners},
-                    f"case {case}, the pool after its last step")
+                        f"{name}: the pool after {did}")
+        for k in range(2):
+            check_equal(state(pools[k], sizes[k][0]),
+                        {"free_queue": models[k].queue, "owners": models[k].owners},
+                        f"case {case}, pool {k}, after its last step")

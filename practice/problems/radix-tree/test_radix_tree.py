@@ -55,22 +55,30 @@ def test_a_match_can_end_inside_a_node_at_the_end_of_the_query(learner):
 
 
 def test_random_sequences_match_the_longest_common_prefix(learner):
-    """Over a 3-token alphabet, with any order of inserts and matches: the same answers, node counts and sizes as
-    minillm's RadixCache, and matches equal to the longest common prefix with anything inserted."""
+    """Over a 3-token alphabet, with any order of inserts and matches, on two trees side by side:
+    the same answers, node counts and sizes as minillm's RadixCache, and matches equal to the
+    longest common prefix with anything inserted into that tree (two trees share nothing)."""
     rng = random.Random(11)
     for case in range(30):
-        tree, ref, inserted = learner.RadixTree(), RadixCache(), []
+        trees, refs = [learner.RadixTree(), learner.RadixTree()], [RadixCache(), RadixCache()]
+        inserted = [[], []]
         for step in range(25):
+            k = rng.randrange(2) if step else 0
+            tree, ref = trees[k], refs[k]
             seq = [rng.randrange(3) for _ in range(rng.randint(0, 10))]
             if rng.random() < 0.5:
                 want = ref.insert(seq)
-                check_equal(tree.insert(seq), want, f"case {case}, step {step}: insert({seq})")
-                inserted.append(seq)
+                check_equal(tree.insert(seq), want,
+                            f"case {case}, step {step}: tree {k}'s insert({seq})")
+                inserted[k].append(seq)
             else:
                 want, _ = ref.match_prefix(seq)
                 lcp = max([next((i for i, (x, y) in enumerate(zip(seq, s)) if x != y), min(len(seq), len(s)))
-                           for s in inserted] or [0])
+                           for s in inserted[k]] or [0])
                 assert want == lcp
-                check_equal(tree.match_prefix(seq), want, f"case {case}, step {step}: match_prefix({seq})")
+                check_equal(tree.match_prefix(seq), want,
+                            f"case {case}, step {step}: tree {k}'s match_prefix({seq}) "
+                            f"(of two trees; this one holds {inserted[k]})")
             check_equal([tree.num_nodes(), tree.total_tokens()], [ref.num_nodes(), ref.total_size],
-                        f"case {case}, after step {step}: [num_nodes(), total_tokens()]")
+                        f"case {case}, after step {step}: tree {k}'s [num_nodes(), total_tokens()] "
+                        "(of two trees)")

@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from grading import check_equal, check_raises
+from grading import check_equal, check_raises, global_random_state
 
 CHI2_CRIT_001_DOF3 = 16.266  # chi-square critical value, 3 degrees of freedom, significance 0.001
 
@@ -59,6 +59,24 @@ def test_the_draws_follow_the_prescribed_order(learner):
         seed = rng.randrange(1 << 30)
         check_equal(learner.rejection_sample(p, q, draft, seed), reference(p, q, draft, seed),
                     f"case {case}: k={k}, vocabulary {V}, seed {seed}")
+
+
+def test_the_global_random_state_is_left_alone(learner):
+    """Draw only from the seeded generator of the call: torch.manual_seed, or torch.rand without
+    generator=, changes the random stream of everything else the engine samples."""
+    rng = random.Random(9)
+    gen = torch.Generator().manual_seed(9)
+    for case in range(12):
+        k, V = rng.randint(0, 4), rng.choice([2, 7, 50])
+        p, q = rows(gen, k + 1, V), rows(gen, k, V)
+        draft = [int(torch.multinomial(q[j], 1, generator=gen)) for j in range(k)]
+        seed = rng.randrange(1 << 30)
+        before = global_random_state(learner)
+        learner.rejection_sample(p, q, draft, seed)
+        check_equal(global_random_state(learner) == before, True,
+                    f"case {case}: whether rejection_sample(k={k}, vocabulary {V}, seed {seed}) "
+                    "left the global random state of its process (torch's default generator, "
+                    "Python's random) as it was")
 
 
 def test_the_emitted_token_is_distributed_as_the_target(learner):

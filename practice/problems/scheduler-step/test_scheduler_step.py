@@ -189,6 +189,18 @@ def test_random_states_chunk_prefills_to_what_is_left(learner):
             spent += n
 
 
+def test_random_states_serve_started_prefills_in_running_order(learner):
+    """Started prefills go in running order: when two compete for the budget, the earlier one in
+    running gets its tokens first, and a later one only what is left (never the other way round)."""
+    for state, before_running, _, budget, cap, plan, _, _, left in random_steps(learner):
+        started = [r.request_id for r in before_running if left[r.request_id] > 0]
+        served = [rid for rid, _ in plan if rid in started]
+        if served != started[:len(served)]:
+            fail(f"{state}: plan {plan} serves the started prefills {served}; in running order "
+                 f"they are {started}, so expected {started[:len(served)]} (the first in running "
+                 "order)")
+
+
 def test_random_states_admit_in_order_up_to_the_cap(learner):
     """Admitted requests move from the front of waiting to the end of running, never past max_num_seqs."""
     for state, before_running, before_waiting, budget, cap, plan, running, waiting, left in random_steps(learner):

@@ -1,6 +1,7 @@
 """Tests for swiglu_mlp: against minillm.model.MLP over many sizes and batch layouts, and by hand."""
 
 import math
+import random
 
 import pytest
 import torch
@@ -29,14 +30,29 @@ def scalar(v):
 
 
 def silu(z):
-    return z / (1 + math.exp(-z))
+    """z * sigmoid(z), written so that no exp overflows, whatever the sign of z."""
+    return z / (1 + math.exp(-z)) if z >= 0 else z * math.exp(z) / (1 + math.exp(z))
 
 
 def test_silu_is_z_times_sigmoid_z(learner):
-    """silu(z) = z * sigmoid(z): not sigmoid(z), not relu, not gelu."""
-    for v in (2.0, -1.5, 0.3):
-        got = learner.swiglu_mlp(scalar(v), scalar(1), scalar(1), scalar(1))
-        check_close(got, scalar(silu(v) * v), f"swiglu_mlp(x={v:g}) with all weights 1", atol=1e-6)
+    """silu(z) = z * sigmoid(z) for every gate: not sigmoid(z), not relu, not gelu; and finite for
+    large gates, in float32 and in float16 (exp(z) / (1 + exp(z)) is inf / inf once exp(z)
+    overflows: use torch.sigmoid or F.silu, which never do)."""
+    rng = random.Random(4)
+    for dtype, top, tol in ((torch.float32, 1e4, 1e-6), (torch.float16, 200.0, 2e-3)):
+        edges = [2.0, -1.5, 0.3, 0.0, 11.5, 12.0, 30.0, 89.0, 100.0, top]
+        values = edges + [-v for v in edges] + [rng.uniform(-top, top) for _ in range(8)]
+        x = torch.tensor(values, dtype=dtype)[:, None]  # [n, 1]: one gate per row
+        one = scalar(1).to(dtype)
+        got = learner.swiglu_mlp(x, one, one, one)
+        want = torch.tensor([[silu(float(v)) * float(v)] for v in x[:, 0]], dtype=torch.float64)
+        check_close(got, want,
+                    f"swiglu_mlp(x) in {dtype} with all weights 1, for the gates {show_values(x)}",
+                    atol=tol, rtol=tol)
+
+
+def show_values(x):
+    return "[" + ", ".join(f"{float(v):g}" for v in x[:, 0]) + "]"
 
 
 def test_activation_goes_on_the_gate_branch(learner):

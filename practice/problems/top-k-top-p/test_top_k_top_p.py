@@ -4,7 +4,7 @@ any vocabulary size and dtype, and draws compared one for one with torch.multino
 import pytest
 import torch
 
-from grading import check_close, check_equal, fail
+from grading import check_close, check_equal, fail, global_random_state
 
 INF = float("-inf")
 
@@ -123,11 +123,17 @@ def test_temperature_zero_is_greedy(learner):
 
 @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 10, 1.0), (1.3, 0, 0.8), (0.5, 6, 0.9)])
 def test_draws_follow_torch_multinomial_with_the_seed(learner, temperature, top_k, top_p):
-    """Divide by temperature, filter, softmax, then torch.multinomial(probs, 1, generator=generator): same seed, same tokens."""
+    """Divide by temperature, filter, softmax, then torch.multinomial(probs, 1,
+    generator=generator): same seed, same tokens. Only the generator given is drawn from: the
+    process's global random state is left as it was."""
     logits = torch.randn(64, 30, generator=torch.Generator().manual_seed(3)) * 2
+    before = global_random_state(learner)
     got = learner.sample(logits, temperature, top_k, top_p, torch.Generator().manual_seed(11))
     check_equal(got, reference_sample(logits, temperature, top_k, top_p, 11),
                 f"64 draws with seed 11, temperature {temperature}, top_k {top_k}, top_p {top_p}")
+    check_equal(global_random_state(learner) == before, True, "whether sample left the global "
+                "random state of its process (torch's default generator, Python's random) as it "
+                "was: draw with generator=generator")
 
 
 def test_one_generator_continues_its_sequence(learner):

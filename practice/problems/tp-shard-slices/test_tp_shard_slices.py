@@ -105,13 +105,28 @@ def test_the_vocabulary_is_padded_to_equal_heights(learner):
 
 
 def test_sizes_that_do_not_divide_are_refused(learner):
-    """tp_size must divide the query heads, and it and the KV heads must divide one or the other."""
-    w = torch.zeros(8, 4)
-    e = check_raises(ValueError, learner.shard_for_rank, "model.layers.0.self_attn.q_proj.weight", w, 0, 3, 4, 2, 2,
-                     what="shard_for_rank of q_proj at tp_size 3 with 4 query heads")
-    check_names(e, 3, "tp_size 3 over 4 query heads")
+    """tp_size must divide the query heads, and it and the KV heads must divide one or the other:
+    every attention tensor (q_proj, k_proj, v_proj, o_proj) of such a config is refused with a
+    ValueError naming tp_size, not only the ones that hold KV heads."""
     e = check_raises(ValueError, learner.kv_heads_of_rank, 3, 0, 2, what="kv_heads_of_rank(3, 0, 2)")
     check_names(e, 2, "tp_size 2 over 3 KV heads")
-    e = check_raises(ValueError, learner.shard_for_rank, "model.layers.0.self_attn.k_proj.weight", w, 0, 4, 12, 6, 2,
-                     what="shard_for_rank of k_proj at tp_size 4 with 6 KV heads")
-    check_names(e, 4, "tp_size 4 over 6 KV heads")
+    rng = random.Random(11)
+    bad_kv = [(4, 6), (6, 4), (8, 12), (3, 2), (5, 2), (6, 9)]  # (tp, KV heads): neither divides
+    bad_q = [(3, 1, 4), (4, 2, 6), (8, 4, 12), (5, 1, 6)]  # (tp, KV, query heads): tp cannot divide
+    configs = [(tp, kv, tp * kv * rng.choice([1, 2])) for tp, kv in bad_kv] + bad_q
+    for tp, kv, heads in configs:
+        hd, d = rng.choice([2, 4]), 4
+        rank = rng.randrange(tp)
+        shapes = {"q_proj": (heads * hd, d), "k_proj": (kv * hd, d), "v_proj": (kv * hd, d),
+                  "o_proj": (d, heads * hd)}
+        for module, shape in shapes.items():
+            what = (f"shard_for_rank of {module} at tp_size {tp} (rank {rank}), {heads} query and "
+                    f"{kv} KV heads")
+            name = f"model.layers.0.self_attn.{module}.weight"
+            e = check_raises(ValueError, learner.shard_for_rank, name, torch.zeros(*shape), rank,
+                             tp, heads, kv, hd, what=what)
+            check_names(e, tp, what)
+        if kv % tp and tp % kv:
+            what = f"kv_heads_of_rank({kv}, {rank}, {tp})"
+            e = check_raises(ValueError, learner.kv_heads_of_rank, kv, rank, tp, what=what)
+            check_names(e, tp, what)

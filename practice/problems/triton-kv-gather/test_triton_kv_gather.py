@@ -5,7 +5,7 @@ import random
 
 import torch
 
-from grading import check_equal, check_names, check_raises
+from grading import check_equal, check_names, check_raises, check_shape, launch
 
 
 def cache(seed, num_blocks, block_size, kv_heads, head_dim, dtype=torch.float32):
@@ -51,8 +51,51 @@ def test_extra_blocks_in_the_table_are_ignored(learner):
 
 
 def test_an_empty_request_gives_an_empty_tensor(learner):
-    k_cache = cache(3, 2, 4, 2, 8)
-    check_equal(learner.gather_k(k_cache, [], 0), torch.empty(0, 2, 8), "gather_k(k_cache, [], 0)")
+    """seq_len 0: a tensor [0, kv_heads, head_dim] in the cache's dtype, as for any length."""
+    for kv_heads, head_dim, dtype in ((2, 8, torch.float32), (3, 12, torch.float16),
+                                      (1, 4, torch.float64)):
+        k_cache = cache(3, 2, 4, kv_heads, head_dim, dtype)
+        for table in ([], [1]):
+            got = learner.gather_k(k_cache, table, 0)
+            what = f"gather_k(k_cache [2, 4, {kv_heads}, {head_dim}] {dtype}, {table}, 0)"
+            check_shape(got, (0, kv_heads, head_dim), what)
+            check_equal(str(got.dtype), str(dtype), f"the dtype of {what}")
+
+
+MARK = -7777.0  # no cache holds it: a marker where the kernel must neither write nor read
+
+
+def test_the_kernel_touches_nothing_outside_the_rows(learner):
+    """gather_k_kernel launched as gather_k launches it, on a cache and an output each followed by
+    marker values: every row is right, and the markers after out are untouched. A mask one lane too
+    wide writes past each row; the next program overwrites it and hides it, but not the last one.
+    Mask tl.load and tl.store with cols < ROW (and load with other= a value that never reaches out).
+    """
+    rng = random.Random(12)
+    for case in range(8):
+        block_size, kv_heads = rng.choice([1, 3, 4, 8]), rng.randint(1, 3)
+        head_dim = rng.choice([4, 6, 8, 12, 20])
+        row = kv_heads * head_dim
+        seq_len = rng.randint(1, 20)
+        need = -(-seq_len // block_size)
+        num_blocks = need + rng.randint(0, 2)
+        table = rng.sample(range(num_blocks - 1), need - 1) + [num_blocks - 1]  # read the last
+        k_cache = cache(20 + case, num_blocks, block_size, kv_heads, head_dim)
+        width = 1 << (row - 1).bit_length()  # the next power of two
+        pad = torch.full((2 * width,), MARK)
+        args = launch(learner.gather_k_kernel, (seq_len,), torch.cat([k_cache.flatten(), pad]),
+                      torch.tensor(table, dtype=torch.long),
+                      torch.full((seq_len * row + 2 * width,), MARK), k_cache.stride(0),
+                      k_cache.stride(1), ROW=row, BLOCK=width, BLOCK_SIZE=block_size)
+        out = args[2]
+        what = (f"case {case}: gather_k_kernel[({seq_len},)] on a cache [{num_blocks}, "
+                f"{block_size}, {kv_heads}, {head_dim}] (ROW {row}, BLOCK {width}) and the table "
+                f"{table}")
+        check_equal(out[:seq_len * row].view(seq_len, kv_heads, head_dim),
+                    expected(k_cache, table, seq_len), f"{what}: out")
+        wrote = [i for i, x in enumerate(out[seq_len * row:].tolist()) if x != MARK]
+        check_equal(wrote, [], f"{what}: the elements after the end of out that your kernel wrote "
+                    "(store only where cols < ROW)")
 
 
 def test_the_caches_dtype_is_kept(learner):
@@ -64,10 +107,17 @@ def test_the_caches_dtype_is_kept(learner):
 
 
 def test_bad_arguments_are_refused_by_name(learner):
-    k_cache = cache(5, 6, 4, 2, 8)
-    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 10, what="gather_k(k_cache, [5, 0], 10)")
-    check_names(error, 10, "the error for a table too short for 10 tokens")
-    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 6], 8, what="gather_k(k_cache, [5, 6], 8)")
-    check_names(error, 6, "the error for block 6 of a 6-block cache")
+    """The message names the value at fault: the seq_len the table is too short for, the block that
+    is not in the cache (not only the cache's size), a negative seq_len. The numbers cannot be in it
+    by accident."""
+    k_cache = cache(5, 9, 4, 2, 8)
+    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 11,
+                         what="gather_k(k_cache, [5, 0], 11)")
+    check_names(error, 11, "the error for a table too short for 11 tokens")
+    for table in ([5, 13, 0], [-3, 1, 2]):
+        bad = next(b for b in table if not 0 <= b < 9)
+        what = f"gather_k(k_cache [9, 4, 2, 8], {table}, 10)"
+        error = check_raises(ValueError, learner.gather_k, k_cache, table, 10, what=what)
+        check_names(error, bad, f"{what}, for block {bad} of a 9-block cache")
     error = check_raises(ValueError, learner.gather_k, k_cache, [1], -1, what="gather_k(k_cache, [1], -1)")
     check_names(error, -1, "the error for seq_len -1")

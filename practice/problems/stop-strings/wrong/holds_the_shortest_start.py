@@ -1,0 +1,40 @@
+"""Wrong: holds back the shortest end of the text that starts a stop string, not the longest: with
+the stop 'aab', 'xaa' shows 'xa' and holds 'a', and the 'b' that follows completes a stop no one
+sees.
+
+Caught by: test_random_texts_stops_and_chunkings.
+"""
+
+
+class StopMatcher:
+    def __init__(self, stops: list[str]):
+        self.stops = list(stops)
+        self.held = ""
+        self.stopped = False
+
+    def add(self, delta: str) -> tuple[str, bool]:
+        """(text safe to show now, whether a stop string just completed); ("", True) after a stop."""
+        if self.stopped:
+            return "", True
+        text = self.held + delta
+        best = None  # (end, start) of the first stop string to complete: earliest end, then longest
+        for s in self.stops:
+            i = text.find(s)
+            if i >= 0 and (best is None or (i + len(s), i) < best):
+                best = (i + len(s), i)
+        if best is not None:
+            self.held, self.stopped = "", True
+            return text[:best[1]], True
+        keep = 0
+        for s in self.stops:
+            for n in range(1, min(len(s) - 1, len(text)) + 1):  # the first start: the shortest
+                if text.endswith(s[:n]):
+                    keep = max(keep, n)
+                    break
+        self.held = text[len(text) - keep:]
+        return text[:len(text) - keep], False
+
+    def flush(self) -> str:
+        """The stream ended without a stop string: the held-back text ("" after a stop)."""
+        text, self.held = ("" if self.stopped else self.held), ""
+        return text
