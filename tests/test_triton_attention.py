@@ -243,7 +243,7 @@ try:
     attention_backend_class("triton")
 except ImportError as e:
     print("ERROR:", e)
-sys.exit(minillm.cli.commands(["check", "--attention", "triton"]))
+sys.exit(minillm.cli.main(["check", "--attention", "triton"]))
 """
     done = run_python(code)
     assert "ERROR: the Triton attention backend needs the triton package" in done.stdout, done.stderr
