@@ -77,22 +77,41 @@ def tokenizer_files_dir() -> Path:
 
 
 def default_model_path() -> Path:
-    """$MINILLM_MODEL when set, else the tiny checkpoint (generated into the cache on first use)."""
+    """$MINILLM_MODEL when set (a folder or a known name), else the tiny checkpoint (generated on first use)."""
     env = os.environ.get("MINILLM_MODEL")
     if env:
-        return Path(env).expanduser()
+        return resolve_model(env)
     return ensure_checkpoint(cache_dir() / TINY_NAME, TINY_CONFIG, seed=TINY_SEED)
 
 
+def resolve_model(model: Path | str | None) -> Path:
+    """A checkpoint folder from what a user typed: None (the default model), a known name (`smollm2`:
+    converted into the cache on first use, see smollm2.py) or a folder path."""
+    if model is None:
+        return default_model_path()
+    if str(model) == "smollm2":
+        from minillm.smollm2 import ensure_smollm2
+
+        return ensure_smollm2()
+    return Path(model).expanduser()
+
+
 def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True) -> Path:
-    """Write a seeded random Qwen3 checkpoint to `folder` unless a verified one is already there.
+    """Write a seeded random Qwen3 checkpoint to `folder` unless a verified one is already there."""
+    return ensure_folder(folder, _recipe(config, seed, with_tokenizer),
+                         lambda tmp: write_checkpoint(tmp, config, seed, with_tokenizer),
+                         f"generating the {Path(folder).name} checkpoint from a fixed seed (first use only, "
+                         "a few seconds)")
+
+
+def ensure_folder(folder: Path | str, recipe: dict, write, what: str) -> Path:
+    """`folder` if a verified copy made from `recipe` is there; else write(tmp) makes one, then it moves in.
 
     The files are written into a temporary folder next to it, then renamed into place in one step, so
     `folder` is either absent or complete. A folder that fails `checkpoint_problem` (cut short, edited,
-    from another recipe) is generated again. Safe when two processes race: the loser keeps the winner's copy.
+    from another recipe) is made again. Safe when two processes race: the loser keeps the winner's copy.
     """
     folder = Path(folder)
-    recipe = _recipe(config, seed, with_tokenizer)
     problem = checkpoint_problem(folder, recipe) if folder.exists() else None
     if folder.exists() and problem is None:
         return folder
@@ -101,18 +120,29 @@ def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenize
               file=sys.stderr)
     tmp = _make_temp_folder(folder)
     # First use only: say what the pause is (stderr, so that stdout stays the caller's)
-    print(f"minillm: generating the {folder.name} checkpoint from a fixed seed into {folder.parent} "
-          "(first use only, a few seconds)...", end="", file=sys.stderr, flush=True)
+    print(f"minillm: {what} into {folder.parent}...", end="", file=sys.stderr, flush=True)
     start = time.perf_counter()
     try:
-        write_checkpoint(tmp, config, seed, with_tokenizer)
+        write(tmp)
+        if not (tmp / MANIFEST).exists():
+            write_manifest(tmp, recipe)
         print(f" done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
         for f in [tmp, *tmp.iterdir()]:  # mkdtemp makes the folder private; a cache is readable like any download
             os.chmod(f, 0o755 if f.is_dir() else 0o644)
         _move_into_place(tmp, folder, recipe)
+    except BaseException:
+        print(" failed", file=sys.stderr, flush=True)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def write_manifest(folder: Path, recipe: dict) -> None:
+    """The manifest: the recipe and every file's size and SHA-256. Written last: it means "complete"."""
+    files = {f.name: dict(bytes=f.stat().st_size, sha256=_sha256(f)) for f in sorted(folder.iterdir())
+             if f.is_file() and f.name != MANIFEST}
+    (folder / MANIFEST).write_text(json.dumps(dict(recipe=recipe, files=files), indent=2) + "\n")
 
 
 def _make_temp_folder(folder: Path) -> Path:
@@ -226,10 +256,7 @@ def write_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer
         for f in tokenizer_files_dir().iterdir():
             if f.is_file():
                 shutil.copyfile(f, folder / f.name)
-    files = {f.name: dict(bytes=f.stat().st_size, sha256=_sha256(f)) for f in sorted(folder.iterdir())
-             if f.is_file() and f.name != MANIFEST}
-    manifest = dict(recipe=_recipe(config, seed, with_tokenizer), files=files)
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # last: its presence means "complete"
+    write_manifest(folder, _recipe(config, seed, with_tokenizer))
     return folder
 
 
