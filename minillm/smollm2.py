@@ -78,6 +78,14 @@ def check_gguf(file: Path, size: int = GGUF_BYTES, sha256: str = GGUF_SHA256) ->
                          f"(an altered GGUF); {again}")
 
 
+def converted_folder() -> Path | None:
+    """The converted folder when the cache holds a verified one (sizes checked, not hashes)."""
+    from minillm.checkpoints import cache_dir, checkpoint_problem
+
+    folder = cache_dir() / FOLDER_NAME
+    return folder if folder.exists() and checkpoint_problem(folder, RECIPE) is None else None
+
+
 def ensure_smollm2() -> Path:
     """The converted folder in minillm's cache, converting the installed GGUF on first use."""
     from minillm.checkpoints import cache_dir, checkpoint_problem, ensure_folder
