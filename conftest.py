@@ -13,5 +13,5 @@ def pytest_sessionstart(session):
         from minillm.smollm2 import ensure_smollm2, package_dir
 
         default_model_path()
-        if package_dir() is not None:  # the real model's sections: converted once, before any chapter runs
+        if package_dir() is not None:  # the real model: converted before any chapter runs
             ensure_smollm2()

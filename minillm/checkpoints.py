@@ -77,7 +77,8 @@ def tokenizer_files_dir() -> Path:
 
 
 def default_model_path() -> Path:
-    """$MINILLM_MODEL when set (a folder or a known name), else the tiny checkpoint (generated on first use)."""
+    """$MINILLM_MODEL when set (a folder or a known name), else the tiny checkpoint (generated on
+    first use)."""
     env = os.environ.get("MINILLM_MODEL")
     if env:
         return resolve_model(env)
@@ -85,8 +86,8 @@ def default_model_path() -> Path:
 
 
 def resolve_model(model: Path | str | None) -> Path:
-    """A checkpoint folder from what a user typed: None (the default model), a known name (`smollm2`:
-    converted into the cache on first use, see smollm2.py) or a folder path."""
+    """A checkpoint folder from what a user typed: None (the default model), a known name
+    (`smollm2`: converted into the cache on first use, see smollm2.py) or a folder path."""
     if model is None:
         return default_model_path()
     if str(model) == "smollm2":
@@ -100,16 +101,17 @@ def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenize
     """Write a seeded random Qwen3 checkpoint to `folder` unless a verified one is already there."""
     return ensure_folder(folder, _recipe(config, seed, with_tokenizer),
                          lambda tmp: write_checkpoint(tmp, config, seed, with_tokenizer),
-                         f"generating the {Path(folder).name} checkpoint from a fixed seed (first use only, "
-                         "a few seconds)")
+                         f"generating the {Path(folder).name} checkpoint from a fixed seed "
+                         "(first use only, a few seconds)")
 
 
 def ensure_folder(folder: Path | str, recipe: dict, write, what: str) -> Path:
-    """`folder` if a verified copy made from `recipe` is there; else write(tmp) makes one, then it moves in.
+    """`folder` if a verified copy made from `recipe` is there; else write(tmp) makes one, moved in.
 
     The files are written into a temporary folder next to it, then renamed into place in one step, so
-    `folder` is either absent or complete. A folder that fails `checkpoint_problem` (cut short, edited,
-    from another recipe) is made again. Safe when two processes race: the loser keeps the winner's copy.
+    `folder` is either absent or complete. A folder that fails `checkpoint_problem` (cut short,
+    edited, from another recipe) is made again. Safe when two processes race: the loser keeps the
+    winner's copy.
     """
     folder = Path(folder)
     problem = checkpoint_problem(folder, recipe) if folder.exists() else None
@@ -139,9 +141,9 @@ def ensure_folder(folder: Path | str, recipe: dict, write, what: str) -> Path:
 
 
 def write_manifest(folder: Path, recipe: dict) -> None:
-    """The manifest: the recipe and every file's size and SHA-256. Written last: it means "complete"."""
-    files = {f.name: dict(bytes=f.stat().st_size, sha256=_sha256(f)) for f in sorted(folder.iterdir())
-             if f.is_file() and f.name != MANIFEST}
+    """The manifest: the recipe, each file's size and SHA-256. Written last: it means "complete"."""
+    files = {f.name: dict(bytes=f.stat().st_size, sha256=_sha256(f))
+             for f in sorted(folder.iterdir()) if f.is_file() and f.name != MANIFEST}
     (folder / MANIFEST).write_text(json.dumps(dict(recipe=recipe, files=files), indent=2) + "\n")
 
 

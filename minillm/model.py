@@ -1,10 +1,10 @@
-"""model.py — mini_llm: a Qwen3 decoder written from scratch in plain PyTorch (and Llama, its parent).
+"""model.py — mini_llm: a Qwen3 decoder (and Llama, its parent) from scratch in plain PyTorch.
 
 Reads top to bottom: the config, the four building blocks (RMSNorm, RoPE, attention with GQA and
 QK-norm, the SwiGLU MLP), the decoder stack, and loading a Hugging Face checkpoint. Module names
 follow Hugging Face's Qwen3 (`embed_tokens`, `layers[i].self_attn.q_proj`, ...), so a checkpoint's
 tensors load one to one once the `model.` prefix is dropped. A Llama checkpoint (SmolLM2, see
-smollm2.py) runs the same forward: it differs only by having no QK-norm (and by its config's numbers).
+smollm2.py) runs the same forward: it differs by having no QK-norm (and by its config's numbers).
 
 `Transformer.forward` is the one seam of the book: every later chapter runs this same forward and
 only passes another attention backend (a KV cache, fixed slots, a paged cache, a Triton kernel).
@@ -78,8 +78,9 @@ class ModelConfig:
 
         ints = {k: check_int(field(k), c[k], min=1) for k in required}
         head_dim = 128 if family == "qwen3" else ints["hidden_size"] // ints["num_attention_heads"]
-        for name, default in [("num_key_value_heads", ints["num_attention_heads"]), ("head_dim", head_dim),
-                              ("max_position_embeddings", 40_960)]:  # head_dim: Qwen3Config's / LlamaConfig's
+        # head_dim: Qwen3Config's default, or LlamaConfig's (hidden / heads)
+        for name, default in [("num_key_value_heads", ints["num_attention_heads"]),
+                              ("head_dim", head_dim), ("max_position_embeddings", 40_960)]:
             ints[name] = check_int(field(name), c[name], min=1) if c.get(name) is not None else default
         rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
         if not isinstance(rope, dict):
@@ -100,18 +101,20 @@ class ModelConfig:
         if flag("mlp_bias", False):
             raise ValueError(f"{source} sets mlp_bias=true; mini_llm's MLP has no biases")
         if c.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"hidden_act in {source} is {short(c.get('hidden_act'))}: mini_llm implements silu")
+            raise ValueError(f"hidden_act in {source} is {short(c.get('hidden_act'))}: mini_llm "
+                             "implements silu")
         if flag("use_sliding_window", False):
             raise ValueError(f"{source} sets use_sliding_window=true; mini_llm implements full attention only")
         return cls(**ints, rms_norm_eps=eps, rope_theta=theta, qk_norm=family == "qwen3",
-                   tie_word_embeddings=flag("tie_word_embeddings", False))  # both configs' default: untied
+                   tie_word_embeddings=flag("tie_word_embeddings", False))  # both default to untied
 
 
 FAMILIES = {"Qwen3ForCausalLM": "qwen3", "LlamaForCausalLM": "llama"}  # architectures -> model_type
 
 
 def model_family(c: dict, source: str = "config.json") -> str:
-    """"qwen3" or "llama", from the config's `architectures` (else its `model_type`); others are refused."""
+    """"qwen3" or "llama", from the config's `architectures` (else its `model_type`); others are
+    refused."""
     archs = c.get("architectures")
     archs = archs if isinstance(archs, list) else [archs] if archs else []
     for arch in archs:
@@ -247,7 +250,7 @@ class Attention(nn.Module):
         self.k_proj = column_linear(cfg.hidden_size, self.nkv * self.hd, tp)
         self.v_proj = column_linear(cfg.hidden_size, self.nkv * self.hd, tp)
         self.o_proj = row_linear(self.nh * self.hd, cfg.hidden_size, tp)
-        self.qk_norm = cfg.qk_norm  # QK-norm: Qwen3 normalises each head (Llama has no such weights)
+        self.qk_norm = cfg.qk_norm  # QK-norm: Qwen3 normalises each head (Llama has no such norm)
         if self.qk_norm:
             self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
@@ -360,7 +363,8 @@ class Transformer(nn.Module):
     @classmethod
     def from_pretrained(cls, path, dtype: torch.dtype = torch.float32, device="cpu",
                         tp: TensorParallelGroup | None = None) -> "Transformer":
-        """Load a Hugging Face Qwen3 or Llama checkpoint folder (config.json + safetensors, sharded or not).
+        """Load a Hugging Face Qwen3 or Llama checkpoint folder (config.json + safetensors, sharded
+        or not).
 
         With `tp`, only this rank's slice of each tensor is read from the files (chapter 10)."""
         path = Path(path).expanduser()

