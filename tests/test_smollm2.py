@@ -76,7 +76,8 @@ def test_the_converted_config_is_smollm2s(ours, smollm2_path):
 
 @torch.no_grad()
 def test_logits_equal_transformers_on_the_same_gguf(ours, hf_gguf, tok, chats):
-    prompts = chats[:2] + [tok(t).input_ids for t in ("The capital of France is", "def f(n):")]
+    plain = ("The capital of France is", "def fibonacci(n):")
+    prompts = chats[:2] + [tok(t).input_ids for t in plain]
     for ids in prompts:
         x = torch.tensor([ids])
         err = (ours(x)[0] - hf_gguf(x).logits[0]).abs().max().item()
