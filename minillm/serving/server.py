@@ -485,9 +485,9 @@ def serve(model: str | Path | None = None, host: str = "127.0.0.1", port: int = 
     """Load the model, build the app and run it with uvicorn until Ctrl-C (or SIGTERM)."""
     import uvicorn
 
-    from minillm.checkpoints import default_model_path
+    from minillm.checkpoints import resolve_model
 
-    path = Path(model) if model is not None else default_model_path()
+    path = resolve_model(model)  # a folder, `smollm2`, or None: the default model
     engine = LLMEngine(path, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                        enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len)
     name = served_model_name or path.name

