@@ -77,8 +77,8 @@ BLOCK_SIZE = DEFAULT_BLOCK_SIZE
 TARGETS = {2: 1.8, 4: 3.0, 8: 4.0}  # the seeds' throughput targets over one-at-a-time
 LATENCY_TARGET = 1.05  # engine at concurrency 1 vs one-at-a-time, per request
 FLOOR_AIM_PERCENT = 75  # the engine's bs-1 decode at >= 75% of the memory floor's speed
-STEP_AIMS = {2: 1.25, 8: 2.0}  # t(c) / t(1) of one decode forward: the weights are read once per step
-ARTIFACT_TOLERANCE = 1.10  # a ratio this far above c, or above its ceiling, is not noise but an artifact
+STEP_AIMS = {2: 1.25, 8: 2.0}  # t(c) / t(1) of one decode forward: weights are read once per step
+ARTIFACT_TOLERANCE = 1.10  # a ratio this far above c, or above its ceiling, is an artifact
 MIXED_AIM = 3.0  # the engine over transformers' static batches on the mixed workload
 
 
@@ -186,23 +186,26 @@ FULL_RUN = dict(concurrency=[1, 2, 4, 8, 16], requests=16, prompt_lens=[8, 32], 
                 mixed_requests=16, mixed_prompt_lens=[8, 256], mixed_max_tokens=[8, 128])
 QUICK_RUN = dict(concurrency=[1, 2, 4], requests=4, prompt_lens=[4, 12], max_tokens=4, repeats=1,
                  mixed_requests=8, mixed_prompt_lens=[4, 32], mixed_max_tokens=[2, 16])
-FORMS_RUN = dict(rows_list=[1, 2, 5, 8, 16], threads_list=[1, 2], budget_s=0.2)  # the forms side by side
+FORMS_RUN = dict(rows_list=[1, 2, 5, 8, 16], threads_list=[1, 2], budget_s=0.2)  # side by side
 FORMS_QUICK = dict(rows_list=[1, 2], threads_list=[1], budget_s=0.005)
 
 
-def artifact_problems(rows: list[dict], steps: list[dict], tolerance: float = ARTIFACT_TOLERANCE) -> list[str]:
+def artifact_problems(rows: list[dict], steps: list[dict],
+                      tolerance: float = ARTIFACT_TOLERANCE) -> list[str]:
     """Ratios batching cannot produce: more than c times one-at-a-time, or more than the ceiling
     c * t(1) / t(c) that the measured step times allow (a ceiling only while t(c) >= t(1): a step
-    of c rows cheaper than one of 1 is a kernel effect, which the first check catches). One line each."""
+    of c rows cheaper than one of 1 is a kernel effect, which the first check catches).
+    One line each."""
     ceiling = {s["rows"]: s["ceiling"] for s in steps}
     problems = []
     for r in rows:
         c, ratio = r["concurrency"], r["engine_vs_one_at_a_time"]
         if ratio > c * tolerance:
-            problems.append(f"engine at {c} requests is {ratio:.2f}x one at a time: above {c}, so not batching alone")
+            problems.append(f"engine at {c} requests is {ratio:.2f}x one at a time: above {c}, "
+                            "so not batching alone")
         if c in ceiling and ceiling[c] * tolerance < ratio:
-            problems.append(f"engine at {c} requests is {ratio:.2f}x one at a time: above the ceiling "
-                            f"c * t(1) / t(c) = {ceiling[c]:.2f}x its own step times allow")
+            problems.append(f"engine at {c} requests is {ratio:.2f}x one at a time: above the "
+                            f"ceiling c * t(1) / t(c) = {ceiling[c]:.2f}x its own step times allow")
     return problems
 
 
@@ -335,12 +338,13 @@ def main(argv=None) -> int:
     for line in problems:
         print("ARTIFACT", line)
     forms_run = FORMS_QUICK if args.quick else FORMS_RUN
-    forms = bench_forms.form_times({f"output {cfg.vocab_size}x{cfg.hidden_size}": (cfg.vocab_size, cfg.hidden_size),
-                                    f"MLP {cfg.intermediate_size}x{cfg.hidden_size}":
-                                    (cfg.intermediate_size, cfg.hidden_size)}, **forms_run)
+    V, d, inter = cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size
+    forms = bench_forms.form_times({f"output {V}x{d}": (V, d), f"MLP {inter}x{d}": (inter, d)},
+                                   **forms_run)
     bench_forms.print_forms(forms)
     hf_packed = bench_mixed.with_packed_projections(hf) if hf is not None else None
-    mixed = bench_mixed.measure_mixed(model, hf, hf_packed, args.mixed_requests, args.mixed_prompt_lens, args.mixed_max_tokens,
+    mixed = bench_mixed.measure_mixed(model, hf, hf_packed, args.mixed_requests,
+                                      args.mixed_prompt_lens, args.mixed_max_tokens,
                                       args.mixed_concurrency, args.budget, BLOCK_SIZE, args.repeats, args.seed + 1,
                                       MIXED_AIM)
     print_mixed(mixed)

@@ -41,14 +41,15 @@ def best_seconds(fn, budget_s: float) -> float:
 
 
 @torch.no_grad()
-def form_times(shapes: dict, rows_list, threads_list, budget_s: float = 0.1, seed: int = 0) -> list[dict]:
+def form_times(shapes: dict, rows_list, threads_list, budget_s: float = 0.1,
+               seed: int = 0) -> list[dict]:
     """For each (name: (out, in)), thread count and row count, every form's best time and GB/s."""
     before = torch.get_num_threads()
     g = torch.Generator().manual_seed(seed)
     out = []
     try:
         for name, (n_out, n_in) in shapes.items():
-            w = nn.Parameter(torch.randn(n_out, n_in, generator=g))  # a Parameter: `linear` packs it
+            w = nn.Parameter(torch.randn(n_out, n_in, generator=g))  # `linear` packs a Parameter
             gb = w.numel() * w.element_size() / 1e9
             for threads in threads_list:
                 torch.set_num_threads(threads)
@@ -59,7 +60,8 @@ def form_times(shapes: dict, rows_list, threads_list, budget_s: float = 0.1, see
                     for form, fn in FORMS.items():
                         err = (fn(x, w) - ref).abs().max().item()
                         if err > 1e-3 * max(1.0, ref.abs().max().item()):
-                            raise AssertionError(f"{form} differs from F.linear by {err:.2e} on {name}")
+                            raise AssertionError(f"{form} differs from F.linear by {err:.2e} "
+                                                 f"on {name}")
                         s = best_seconds(lambda: fn(x, w), budget_s)
                         row[form] = dict(ms=s * 1e3, gb_per_s=gb / s)
                     out.append(row)
@@ -70,7 +72,8 @@ def form_times(shapes: dict, rows_list, threads_list, budget_s: float = 0.1, see
 
 def print_forms(table: list[dict]) -> None:
     print("one projection, each form (best of repeated calls; GB/s = weight bytes / time):")
-    head = f"{'weight':>18} | {'threads':>7} | {'rows':>4} | " + " | ".join(f"{f:>19}" for f in FORMS)
+    head = f"{'weight':>18} | {'threads':>7} | {'rows':>4} | "
+    head += " | ".join(f"{f:>19}" for f in FORMS)
     print(head + "\n" + "-" * len(head))
     for r in table:
         cells = [f"{r[f]['ms']:8.2f} ms {r[f]['gb_per_s']:4.1f} GB/s" for f in FORMS]

@@ -93,7 +93,8 @@ def with_packed_projections(hf):
     return packed
 
 
-def measure_mixed(model, hf, hf_packed, num_requests: int, prompt_lens, max_tokens, concurrency: int, budget: int,
+def measure_mixed(model, hf, hf_packed, num_requests: int, prompt_lens, max_tokens,
+                  concurrency: int, budget: int,
                   block_size: int, repeats: int, seed: int, aim: float) -> dict:
     """The engine against transformers' static batches, as a user runs it (hf) and with the engine's
     packed projections (hf_packed); None skips one. A short warm-up, then the median of `repeats`

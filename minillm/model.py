@@ -172,17 +172,19 @@ _PACKED = WeakIdKeyDictionary()
 
 def packable(weight: torch.Tensor) -> bool:
     """A float32 CPU Parameter without autograd in play: the weights `linear` packs for oneDNN."""
-    return (isinstance(weight, nn.Parameter) and weight.device.type == "cpu" and weight.dtype == torch.float32
-            and weight.dim() == 2 and not weight.is_inference() and torch.backends.mkldnn.is_available())
+    return (isinstance(weight, nn.Parameter) and weight.device.type == "cpu"
+            and weight.dtype == torch.float32 and weight.dim() == 2 and not weight.is_inference()
+            and torch.backends.mkldnn.is_available())
 
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
-    """oneDNN's blocked copy of `weight`, packed now if it never was or if the weight changed since."""
+    """oneDNN's blocked copy of `weight`, packed now if it never was or if the weight changed."""
     entry = _PACKED.get(weight)
     if (entry is None or entry[0].data_ptr() != weight.data_ptr() or entry[1] != weight._version
             or entry[0].shape != weight.shape or entry[0].stride() != weight.stride()):
         with torch.no_grad():
-            entry = (weight.detach(), weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+            entry = (weight.detach(), weight._version, packed)
         _PACKED[weight] = entry
     return entry[2]
 
@@ -190,19 +192,21 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x [..., in] @ weight.T -> [..., out]: the one place that picks how a projection is computed.
 
-    Every path runs through here (chapter 2's `generate`, the slots, the runner, the engine, the draft
-    model, each tensor-parallel shard), so a benchmark that compares them compares batching, not two
-    matrix kernels. On GPUs `F.linear` (cuBLAS) is the fast call for every row count. On CPU in float32
-    a model's weights are packed once into oneDNN's blocked layout (`Transformer.pack_for_cpu`, run
-    when the model is loaded or moved) and every product runs oneDNN's linear on it: tiles of the
-    weight lie contiguously in memory, so both cores stream their half of it at full bandwidth for 1
-    row as for 16. The plain forms cannot: `F.linear` of one row is a matrix-vector product on one
-    core, and of 2 to 8 rows MKL repacks the weight on every call (`benchmarks/linear_forms.py` times
-    them side by side). Two other packed forms were measured and not taken: `torch.utils.mkldnn`'s
-    module converts every activation to and from oneDNN's own tensor type, and `torch.compile`
-    (freezing) reaches the same oneDNN linear after a compile of minutes per shape and a graph per
-    batch layout. A weight changed after packing is packed again before its next product
-    (`packed_weight` keys on its storage and version), so a stale copy is never served.
+    Every path runs through here (chapter 2's `generate`, the slots, the runner, the engine, the
+    draft model, each tensor-parallel shard), so a benchmark that compares them compares batching,
+    not two matrix kernels. On GPUs `F.linear` (cuBLAS) is the fast call for every row count. On CPU
+    in float32 a model's weights are packed once into oneDNN's blocked layout
+    (`Transformer.pack_for_cpu`, run when the model is loaded or moved) and every product runs
+    oneDNN's linear on it: tiles of the weight lie contiguously in memory, so both cores stream
+    their half of it at full bandwidth, for 1 row as for 16. The plain forms cannot: `F.linear` of
+    one row is a matrix-vector product on one core, and of 2 to 8 rows MKL repacks the weight on
+    every call (`benchmarks/linear_forms.py` times them side by side). Two other ways to the same
+    kernel were not taken: the module of `torch.utils.mkldnn` converts every activation to oneDNN's
+    own tensor type and back on each call (no faster in our timing, and two more copies per
+    product), and `torch.compile` with frozen weights emits this very oneDNN linear, but only after
+    compiling a graph that must cover every flat batch shape the engine runs. A weight changed after
+    packing is packed again before its next product (`packed_weight` keys on its storage and
+    version), so a stale copy is never served.
     """
     if (x.device.type == "cpu" and x.dtype == torch.float32 and packable(weight)
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
@@ -211,9 +215,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def pack_for_cpu(model: nn.Module) -> int:
-    """Pack every projection weight of `model` for oneDNN now, not at its first product, and drop the
-    packed copies of weights that left the CPU. Returns the bytes the packed copies hold (a tied
-    weight counts once): memory on top of the plain weights, which the embedding and `state_dict` read."""
+    """Pack every projection weight of `model` for oneDNN now, not at its first product, and drop
+    the packed copies of weights that left the CPU. Returns the bytes the packed copies hold (a tied
+    weight counts once): memory on top of the plain weights, which the embedding and `state_dict`
+    read."""
     packed = {}
     for m in model.modules():
         w = getattr(m, "weight", None)

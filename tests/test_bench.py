@@ -34,12 +34,13 @@ ONEDNN_LINEAR = "mkldnn::_linear_pointwise"
 
 @torch.no_grad()
 def test_every_row_count_runs_onednn_on_the_packed_weight():
-    """A Parameter on the CPU is packed once; 1, 4 and 16 rows all run oneDNN's linear on that copy."""
+    """A CPU Parameter is packed once; 1, 4 and 16 rows all run oneDNN's linear on that copy."""
     w = torch.nn.Parameter(torch.randn(64, 32))
     assert "mkldnn::_reorder_linear_weight" in count_ops(lambda: linear(torch.randn(1, 32), w))
     for rows in (1, 4, 16):
         ops = count_ops(lambda: linear(torch.randn(rows, 32), w))
-        assert ops.get(ONEDNN_LINEAR) == 1 and "aten::linear" not in ops and "aten::mm" not in ops, ops
+        assert ops.get(ONEDNN_LINEAR) == 1, ops
+        assert "aten::linear" not in ops and "aten::mm" not in ops, ops
         assert "mkldnn::_reorder_linear_weight" not in ops  # packed at the first call, not again
     plain = torch.randn(64, 32)  # not a Parameter: a one-off weight is not worth packing
     assert ONEDNN_LINEAR not in count_ops(lambda: linear(torch.randn(2, 32), plain))
@@ -81,15 +82,16 @@ def test_the_engine_runs_every_projection_packed():
 
     cfg = tiny_cfg(tied=True)
     model = Transformer(cfg)
-    engine = LLMEngine(model, max_num_seqs=2, max_num_batched_tokens=64, num_blocks=16, block_size=4,
-                       max_model_len=32, eos_token_id=None)
+    engine = LLMEngine(model, max_num_seqs=2, max_num_batched_tokens=64, num_blocks=16,
+                       block_size=4, max_model_len=32, eos_token_id=None)
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     engine.generate([[1, 2, 3]], params, progress=False)  # warm: packs every weight once
     ops = count_ops(lambda: engine.generate([[1, 2, 3], [4, 5]], params, progress=False))
     steps = 3  # one prefill step for both, then 2 decode steps
     per_forward = 7 * cfg.num_hidden_layers + 1  # q, k, v, o, gate, up, down; the head
     assert ops.get(ONEDNN_LINEAR) == steps * per_forward, ops
-    assert "aten::linear" not in ops and "aten::mm" not in ops and "mkldnn::_reorder_linear_weight" not in ops
+    assert "aten::linear" not in ops and "aten::mm" not in ops
+    assert "mkldnn::_reorder_linear_weight" not in ops  # packed once, before
 
 
 def test_pack_for_cpu_counts_a_tied_weight_once():
@@ -97,7 +99,7 @@ def test_pack_for_cpu_counts_a_tied_weight_once():
     linears = sum(p.numel() for n, p in model.named_parameters() if n.endswith("proj.weight"))
     packed = pack_for_cpu(model)
     assert packed >= (linears + 50 * 8) * 4  # oneDNN pads small matrices up to its blocks
-    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())  # untie the head
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())  # untie
     assert pack_for_cpu(model) == packed  # the same shapes: the tied head was counted once
     assert pack_for_cpu(model.to("meta")) == 0  # off the CPU: nothing packed
 
@@ -154,8 +156,9 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
     assert result["mixed"]["workload"]["requests"] == 3 and result["mixed"]["engine_tokens_per_s"] > 0
     assert "hf_tokens_per_s" not in result["mixed"]  # --no-hf: the engine alone
     assert result["artifact_problems"] == []  # no ratio above c or above its own ceiling
-    assert [(f["rows"], f["threads"]) for f in result["forms"]] == [(1, 1), (2, 1)] * 2  # output layer, MLP
-    assert all(f[form]["ms"] > 0 for f in result["forms"] for form in ("F.linear", "weight @ x.T", "packed"))
+    forms = result["forms"]  # the output layer, then an MLP projection
+    assert [(f["rows"], f["threads"]) for f in forms] == [(1, 1), (2, 1)] * 2
+    assert all(f[form]["ms"] > 0 for f in forms for form in ("F.linear", "weight @ x.T", "packed"))
     for rows, table in result["profiles"].items():  # a profile only where an aim was missed
         assert "aten::" in table and "Self CPU" in table
 
@@ -164,9 +167,10 @@ def test_a_ratio_above_c_or_above_its_ceiling_is_an_artifact():
     steps = [dict(rows=1, ceiling=1.0), dict(rows=2, ceiling=1.9), dict(rows=4, ceiling=3.0)]
 
     def rows(r2, r4):
-        return [dict(concurrency=2, engine_vs_one_at_a_time=r2), dict(concurrency=4, engine_vs_one_at_a_time=r4)]
+        return [dict(concurrency=2, engine_vs_one_at_a_time=r2),
+                dict(concurrency=4, engine_vs_one_at_a_time=r4)]
 
     assert bench.artifact_problems(rows(1.8, 2.9), steps) == []
-    assert len(bench.artifact_problems(rows(2.65, 2.9), steps)) == 2  # above 2 and above its ceiling 1.9
+    assert len(bench.artifact_problems(rows(2.65, 2.9), steps)) == 2  # above 2 and above 1.9
     (problem,) = bench.artifact_problems(rows(1.8, 3.6), steps)  # below 4, above the ceiling 3.0
     assert "ceiling" in problem and "3.00x" in problem
