@@ -221,9 +221,9 @@ def pack_for_cpu(model: nn.Module) -> int:
     read."""
     packed = {}
     for m in model.modules():
-        w = getattr(m, "weight", None)
-        if not getattr(m, "projects_through_linear", False) or w is None:
+        if not isinstance(m, PROJECTIONS):
             continue
+        w = m.weight
         if packable(w):
             packed[id(w)] = torch.ops.mkldnn._nbytes(packed_weight(w))
     for p in model.parameters():  # off the CPU, or no longer a projection's weight: free its copy
@@ -235,13 +235,15 @@ def pack_for_cpu(model: nn.Module) -> int:
 class Linear(nn.Linear):
     """nn.Linear without bias whose product goes through `linear` (same parameters, same checkpoint names)."""
 
-    projects_through_linear = True  # pack_for_cpu packs its weight
-
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight)
+
+
+# the layers whose weight goes through `linear`, so pack_for_cpu packs it
+PROJECTIONS = (Linear, ColumnParallelLinear, RowParallelLinear, ParallelLMHead)
 
 
 def column_linear(in_features: int, out_features: int, tp: TensorParallelGroup | None) -> nn.Module:

@@ -184,8 +184,6 @@ def load_shard(path, cfg, rank: int, size: int) -> dict[str, torch.Tensor]:
 class ColumnParallelLinear(nn.Module):
     """W [out, in] split along out: weight [out / size, in]; y's slice of this rank, no communication."""
 
-    projects_through_linear = True  # model.pack_for_cpu packs its weight
-
     def __init__(self, in_features: int, out_features: int, tp: TensorParallelGroup):
         super().__init__()
         self.tp = tp
@@ -199,8 +197,6 @@ class ColumnParallelLinear(nn.Module):
 
 class RowParallelLinear(nn.Module):
     """W [out, in] split along in: weight [out, in / size]; the partial products are summed by an all-reduce."""
-
-    projects_through_linear = True  # model.pack_for_cpu packs its weight
 
     def __init__(self, in_features: int, out_features: int, tp: TensorParallelGroup):
         super().__init__()
@@ -231,8 +227,6 @@ class VocabParallelEmbedding(nn.Module):
 
 class ParallelLMHead(nn.Module):
     """The output layer split by vocabulary rows; rank 0 gathers the full logits, the others return None."""
-
-    projects_through_linear = True  # model.pack_for_cpu packs its weight
 
     def __init__(self, vocab_size: int, hidden_size: int, tp: TensorParallelGroup):
         super().__init__()
