@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from minillm.checking import as_int, check_float, check_int
 from minillm.generation_config import read_generation_config
@@ -193,26 +194,72 @@ class DenseAttention:
         return causal_attention(q, k, v, scale)  # [B, T, H, hd]
 
 
-SKINNY_ROWS = 8  # from 2 up to this many rows, `linear` uses weight @ x.T on CPU (benchmarks/linear_forms.py)
+# weight -> (a view of the storage it was packed from, that storage's version, the packed copy).
+# Keyed by the Parameter's identity (a tied head and its embedding share one entry); the view keeps
+# that storage alive, so a weight whose storage or contents changed never matches a stale entry.
+_PACKED = WeakIdKeyDictionary()
+
+
+def packable(weight: torch.Tensor) -> bool:
+    """A float32 CPU Parameter without autograd in play: the weights `linear` packs for oneDNN."""
+    return (isinstance(weight, nn.Parameter) and weight.device.type == "cpu"
+            and weight.dtype == torch.float32 and weight.dim() == 2 and not weight.is_inference()
+            and torch.backends.mkldnn.is_available())
+
+
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """oneDNN's blocked copy of `weight`, packed now if it never was or if the weight changed."""
+    entry = _PACKED.get(weight)
+    if (entry is None or entry[0].data_ptr() != weight.data_ptr() or entry[1] != weight._version
+            or entry[0].shape != weight.shape or entry[0].stride() != weight.stride()):
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+            entry = (weight.detach(), weight._version, packed)
+        _PACKED[weight] = entry
+    return entry[2]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x [..., in] @ weight.T -> [..., out]: the one place that picks how a projection is computed.
 
-    Every path runs through here (chapter 2's `generate`, the slots, the runner, the engine), so a
-    benchmark that compares them compares batching, not two matrix kernels. On GPUs, for one row and
-    for many rows, `F.linear` is the fast call. On CPU in float32, MKL's `F.linear` of 2 to 8 rows
-    repacks the weight on every call, and `weight @ x.T` (the weight as the left, long operand) is
-    faster; one row is a matrix-vector product, which `F.linear` already does close to the speed one
-    core reads memory (measured here: as fast as `torch.mv` and `x @ weight.T`, while sending the row
-    as two, the same row twice, is several times slower). Same products up to float rounding;
-    `benchmarks/linear_forms.py` times every form on your machine.
+    Every path runs through here (chapter 2's `generate`, the slots, the runner, the engine, the
+    draft model, each tensor-parallel shard), so a benchmark that compares them compares batching,
+    not two matrix kernels. On GPUs `F.linear` (cuBLAS) is the fast call for every row count. On CPU
+    in float32 a model's weights are packed once into oneDNN's blocked layout
+    (`Transformer.pack_for_cpu`, run when the model is loaded or moved) and every product runs
+    oneDNN's linear on it: tiles of the weight lie contiguously in memory, so both cores stream
+    their half of it at full bandwidth, for 1 row as for 16. The plain forms cannot: `F.linear` of
+    one row is a matrix-vector product on one core, and of 2 to 8 rows MKL repacks the weight on
+    every call (`benchmarks/linear_forms.py` times them side by side). Two other ways to the same
+    kernel were not taken: the module of `torch.utils.mkldnn` converts every activation to oneDNN's
+    own tensor type and back on each call (no faster in our timing, and two more copies per
+    product), and `torch.compile` with frozen weights emits this very oneDNN linear, but only after
+    compiling a graph that must cover every flat batch shape the engine runs. A weight changed after
+    packing is packed again before its next product (`packed_weight` keys on its storage and
+    version), so a stale copy is never served.
     """
-    rows = x.numel() // x.shape[-1]
-    if x.device.type == "cpu" and x.dtype == torch.float32 and 2 <= rows <= SKINNY_ROWS:
-        x2 = x.reshape(rows, x.shape[-1])  # [rows, in]
-        return (weight @ x2.T).T.reshape(*x.shape[:-1], weight.shape[0])
+    if (x.device.type == "cpu" and x.dtype == torch.float32 and packable(weight)
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+        return torch.ops.mkldnn._linear_pointwise(x, packed_weight(weight), None, "none", [], "")
     return F.linear(x, weight)
+
+
+def pack_for_cpu(model: nn.Module) -> int:
+    """Pack every projection weight of `model` for oneDNN now, not at its first product, and drop
+    the packed copies of weights that left the CPU. Returns the bytes the packed copies hold (a tied
+    weight counts once): memory on top of the plain weights, which the embedding and `state_dict`
+    read."""
+    packed = {}
+    for m in model.modules():
+        if not isinstance(m, PROJECTIONS):
+            continue
+        w = m.weight
+        if packable(w):
+            packed[id(w)] = torch.ops.mkldnn._nbytes(packed_weight(w))
+    for p in model.parameters():  # off the CPU, or no longer a projection's weight: free its copy
+        if id(p) not in packed:
+            _PACKED.pop(p, None)
+    return sum(packed.values())
 
 
 class Linear(nn.Linear):
@@ -223,6 +270,10 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight)
+
+
+# the layers whose weight goes through `linear`, so pack_for_cpu packs it
+PROJECTIONS = (Linear, ColumnParallelLinear, RowParallelLinear, ParallelLMHead)
 
 
 def column_linear(in_features: int, out_features: int, tp: TensorParallelGroup | None) -> nn.Module:
@@ -311,6 +362,21 @@ class Transformer(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # one tensor, two roles
         self.local_kv_heads = self.layers[0].self_attn.nkv  # KV heads this rank caches (all of them without tp)
+
+    def pack_for_cpu(self) -> int:
+        """Pack the projection weights for oneDNN (see `linear`); bytes the packed copies hold."""
+        self.packed_bytes = pack_for_cpu(self)
+        return self.packed_bytes
+
+    def _apply(self, fn, recurse=True):  # .to(), .float(), .cuda(): pack what is now on the CPU
+        out = super()._apply(fn, recurse)
+        self.pack_for_cpu()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self.pack_for_cpu()  # new values: pack them now, not at the first product
+        return result
 
     def check_token_ids(self, input_ids) -> None:
         """Raise ValueError unless every id has an embedding. With an attention backend the forward never

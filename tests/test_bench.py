@@ -7,17 +7,18 @@ import torch
 import torch.nn.functional as F
 
 from minillm.bench import throughput as bench; from minillm.bench import floor as bench_floor; from minillm.bench import mixed as bench_mixed
-from minillm.model import SKINNY_ROWS, ModelConfig, Transformer, linear
+from minillm.model import ModelConfig, Transformer, linear, pack_for_cpu
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, SKINNY_ROWS, SKINNY_ROWS + 1, 33])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 33])
 def test_linear_equals_f_linear_for_any_row_count(rows):
     g = torch.Generator().manual_seed(rows)
-    w, x = torch.randn(96, 40, generator=g), torch.randn(rows, 40, generator=g)
-    got = linear(x, w)
-    assert got.shape == (rows, 96)
-    assert torch.allclose(got, F.linear(x, w), rtol=1e-5, atol=1e-5)
-    assert torch.allclose(linear(x.view(1, rows, 40), w)[0], got)  # batch dims are kept
+    w, x = torch.nn.Parameter(torch.randn(96, 40, generator=g)), torch.randn(rows, 40, generator=g)
+    with torch.no_grad():
+        got, batched = linear(x, w), linear(x.view(1, rows, 40), w)
+        assert got.shape == (rows, 96)
+        assert torch.allclose(got, F.linear(x, w), rtol=1e-5, atol=1e-5)
+        assert torch.equal(batched[0], got)  # batch dims are kept
 
 
 def count_ops(fn) -> dict:
@@ -28,13 +29,79 @@ def count_ops(fn) -> dict:
     return {e.key: e.count for e in prof.key_averages()}
 
 
-def test_one_row_is_a_plain_matrix_vector_product():
-    """A lone row goes through F.linear as it is (no copy, no second row): the fastest 1-row form measured."""
-    w, x = torch.randn(64, 32), torch.randn(1, 32)
-    ops = count_ops(lambda: linear(x, w))
-    assert "aten::linear" in ops and "aten::expand" not in ops and "aten::cat" not in ops
-    ops = count_ops(lambda: linear(torch.randn(4, 32), w))  # 2..SKINNY_ROWS rows: weight @ x.T
-    assert "aten::linear" not in ops and "aten::mm" in ops
+ONEDNN_LINEAR = "mkldnn::_linear_pointwise"
+
+
+@torch.no_grad()
+def test_every_row_count_runs_onednn_on_the_packed_weight():
+    """A CPU Parameter is packed once; 1, 4 and 16 rows all run oneDNN's linear on that copy."""
+    w = torch.nn.Parameter(torch.randn(64, 32))
+    assert "mkldnn::_reorder_linear_weight" in count_ops(lambda: linear(torch.randn(1, 32), w))
+    for rows in (1, 4, 16):
+        ops = count_ops(lambda: linear(torch.randn(rows, 32), w))
+        assert ops.get(ONEDNN_LINEAR) == 1, ops
+        assert "aten::linear" not in ops and "aten::mm" not in ops, ops
+        assert "mkldnn::_reorder_linear_weight" not in ops  # packed at the first call, not again
+    plain = torch.randn(64, 32)  # not a Parameter: a one-off weight is not worth packing
+    assert ONEDNN_LINEAR not in count_ops(lambda: linear(torch.randn(2, 32), plain))
+
+
+def test_autograd_takes_f_linear():
+    w, x = torch.nn.Parameter(torch.randn(8, 4)), torch.randn(3, 4)
+    linear(x, w).sum().backward()  # oneDNN's packed call has no backward: the plain one runs
+    assert torch.allclose(w.grad, x.sum(0).expand(8, 4))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("change", ["copy_", "load_state_dict", "data", "to"])
+def test_a_weight_changed_after_packing_is_never_served_stale(change):
+    model = Transformer(tiny_cfg(tied=True))
+    assert model.pack_for_cpu() > 0
+    x = torch.randn(3, 8)
+    before = model.lm_head(x)
+    new = torch.randn(50, 8)
+    if change == "copy_":
+        model.embed_tokens.weight.copy_(new)
+    elif change == "load_state_dict":
+        model.load_state_dict({**model.state_dict(), "embed_tokens.weight": new})
+    elif change == "data":
+        model.lm_head.weight.data = new  # the tied embedding is the same Parameter
+    else:
+        model.to(torch.float64).to(torch.float32)
+        new = model.embed_tokens.weight.detach().clone()
+    got = model.lm_head(x)
+    assert torch.allclose(got, F.linear(x, new), rtol=1e-5, atol=1e-5)
+    if change != "to":
+        assert not torch.allclose(got, before)
+
+
+@torch.no_grad()
+def test_the_engine_runs_every_projection_packed():
+    from minillm.engine import LLMEngine
+    from minillm.sampling import SamplingParams
+
+    cfg = tiny_cfg(tied=True)
+    model = Transformer(cfg)
+    engine = LLMEngine(model, max_num_seqs=2, max_num_batched_tokens=64, num_blocks=16,
+                       block_size=4, max_model_len=32, eos_token_id=None)
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    engine.generate([[1, 2, 3]], params, progress=False)  # warm: packs every weight once
+    ops = count_ops(lambda: engine.generate([[1, 2, 3], [4, 5]], params, progress=False))
+    steps = 3  # one prefill step for both, then 2 decode steps
+    per_forward = 7 * cfg.num_hidden_layers + 1  # q, k, v, o, gate, up, down; the head
+    assert ops.get(ONEDNN_LINEAR) == steps * per_forward, ops
+    assert "aten::linear" not in ops and "aten::mm" not in ops
+    assert "mkldnn::_reorder_linear_weight" not in ops  # packed once, before
+
+
+def test_pack_for_cpu_counts_a_tied_weight_once():
+    model = Transformer(tiny_cfg(tied=True))
+    linears = sum(p.numel() for n, p in model.named_parameters() if n.endswith("proj.weight"))
+    packed = pack_for_cpu(model)
+    assert packed >= (linears + 50 * 8) * 4  # oneDNN pads small matrices up to its blocks
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())  # untie
+    assert pack_for_cpu(model) == packed  # the same shapes: the tied head was counted once
+    assert pack_for_cpu(model.to("meta")) == 0  # off the CPU: nothing packed
 
 
 def tiny_cfg(tied: bool) -> ModelConfig:
@@ -88,5 +155,22 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
     assert [s["rows"] for s in result["step_times"]] == [1, 2] and all(s["ms"] > 0 for s in result["step_times"])
     assert result["mixed"]["workload"]["requests"] == 3 and result["mixed"]["engine_tokens_per_s"] > 0
     assert "hf_tokens_per_s" not in result["mixed"]  # --no-hf: the engine alone
+    assert result["artifact_problems"] == []  # no ratio above c or above its own ceiling
+    forms = result["forms"]  # the output layer, then an MLP projection
+    assert [(f["rows"], f["threads"]) for f in forms] == [(1, 1), (2, 1)] * 2
+    assert all(f[form]["ms"] > 0 for f in forms for form in ("F.linear", "weight @ x.T", "packed"))
     for rows, table in result["profiles"].items():  # a profile only where an aim was missed
         assert "aten::" in table and "Self CPU" in table
+
+
+def test_a_ratio_above_c_or_above_its_ceiling_is_an_artifact():
+    steps = [dict(rows=1, ceiling=1.0), dict(rows=2, ceiling=1.9), dict(rows=4, ceiling=3.0)]
+
+    def rows(r2, r4):
+        return [dict(concurrency=2, engine_vs_one_at_a_time=r2),
+                dict(concurrency=4, engine_vs_one_at_a_time=r4)]
+
+    assert bench.artifact_problems(rows(1.8, 2.9), steps) == []
+    assert len(bench.artifact_problems(rows(2.65, 2.9), steps)) == 2  # above 2 and above 1.9
+    (problem,) = bench.artifact_problems(rows(1.8, 3.6), steps)  # below 4, above the ceiling 3.0
+    assert "ceiling" in problem and "3.00x" in problem

@@ -76,26 +76,47 @@ def padded_work(work, batch_size: int) -> dict:
                 useful_output_tokens=useful_output)
 
 
-def measure_mixed(model, hf, num_requests: int, prompt_lens, max_tokens, concurrency: int, budget: int,
+def with_packed_projections(hf):
+    """A copy of a transformers model whose every bias-free nn.Linear runs `minillm.model.linear`:
+    the engine's packed projections with transformers' own loop around them, so the mixed workload
+    says how much of the engine's gain is kernels and how much is scheduling."""
+    import copy
+
+    from torch import nn
+
+    from minillm.model import linear
+
+    packed = copy.deepcopy(hf)
+    for m in packed.modules():
+        if isinstance(m, nn.Linear) and m.bias is None:
+            m.forward = lambda x, m=m: linear(x, m.weight)  # noqa: E731 (one closure per layer)
+    return packed
+
+
+def measure_mixed(model, hf, hf_packed, num_requests: int, prompt_lens, max_tokens,
+                  concurrency: int, budget: int,
                   block_size: int, repeats: int, seed: int, aim: float) -> dict:
-    """The engine against transformers' static batches (hf None: the engine alone): a short warm-up,
-    then the median of `repeats` rounds. Throughput counts only the tokens the requests asked for."""
+    """The engine against transformers' static batches, as a user runs it (hf) and with the engine's
+    packed projections (hf_packed); None skips one. A short warm-up, then the median of `repeats`
+    rounds. Throughput counts only the tokens the requests asked for."""
     work = make_mixed_workload(num_requests, tuple(prompt_lens), tuple(max_tokens), model.cfg.vocab_size, seed)
     engine = mixed_engine(model, work, concurrency, budget, block_size)
     warm = [(p[:8], min(m, 4)) for p, m in work[:concurrency]]
     run_engine_mixed(engine, warm)
-    if hf is not None:
-        run_hf_mixed(hf, warm, concurrency)
-    engine_s, hf_s = [], []
+    hfs = {k: m for k, m in (("hf", hf), ("hf_packed", hf_packed)) if m is not None}
+    for m in hfs.values():
+        run_hf_mixed(m, warm, concurrency)
+    engine_s, hf_s = [], {k: [] for k in hfs}
     for _ in range(repeats):
         engine_s.append(run_engine_mixed(engine, work))
-        if hf is not None:
-            hf_s.append(run_hf_mixed(hf, work, concurrency))
+        for k, m in hfs.items():
+            hf_s[k].append(run_hf_mixed(m, work, concurrency))
     useful = sum(m for _, m in work)
     out = dict(workload=dict(requests=len(work), prompt_lens=list(prompt_lens), max_tokens=list(max_tokens),
                              concurrency=concurrency, seed=seed),
                useful_output_tokens=useful, engine_tokens_per_s=useful / statistics.median(engine_s), aim=aim)
-    if hf is not None:
-        out.update(hf_tokens_per_s=useful / statistics.median(hf_s), padding=padded_work(work, concurrency))
-        out["engine_vs_hf"] = out["engine_tokens_per_s"] / out["hf_tokens_per_s"]
+    for k in hfs:
+        out[f"{k}_tokens_per_s"] = useful / statistics.median(hf_s[k])
+        out[f"engine_vs_{k}"] = out["engine_tokens_per_s"] / out[f"{k}_tokens_per_s"]
+        out["padding"] = padded_work(work, concurrency)
     return out

@@ -41,11 +41,16 @@ def print_floor(floor: dict, steps: list[dict]) -> None:
         return f"{value:>{width}.1f}" if value is not None else " " * width
 
     for s in steps:
+        aim = s.get("aim")
+        ratio = s["ms"] / steps[0]["ms"]
+        verdict = "" if not aim else (f"  t({s['rows']})/t(1) = {ratio:.2f} (aim <= {aim}) "
+                                      + ("ok" if ratio <= aim else "MISS"))
         print(f"{s['rows']:>4} | {s['ms']:>10.1f} | {s['weights_gb_per_s']:>12.1f} | {s['ceiling']:>12.2f}x || "
               f"{cell(s.get('engine_step_ms'), 14)} | {cell(s.get('engine_forward_ms'), 14)} | "
-              f"{cell(s.get('overhead_ms'), 11)}")
-    print("c x t(1)/t(c): the most batching c requests can gain over one at a time at these step times (c if a step\n"
-          "of c rows cost what a step of 1 does). Right: the engine's median step (gap between tokens) at\n"
+              f"{cell(s.get('overhead_ms'), 11)}{verdict}")
+    print("c x t(1)/t(c): the most batching c requests can gain over one at a time at these step\n"
+          "times (c if a step of c rows cost what a step of 1 does; a ceiling only while\n"
+          "t(c) >= t(1)). Right: the engine's median step (gap between tokens) at\n"
           "concurrency c, the median of its own pure-decode forwards in the same runs, and the difference.\n")
 
 
@@ -64,4 +69,9 @@ def print_mixed(mixed: dict) -> None:
               f"positions for {pad['useful_output_tokens']} wanted, {pad['prompt_positions']} prompt positions "
               f"for {pad['useful_prompt_tokens']}")
         print(f"  engine / transformers: {mixed['engine_vs_hf']:.2f}x (aim >= {mixed['aim']:.0f}x) {verdict}")
+    if "hf_packed_tokens_per_s" in mixed:
+        print("  transformers generate with the engine's packed projections: "
+              f"{mixed['hf_packed_tokens_per_s']:.1f} output tokens/s; engine / it: "
+              f"{mixed['engine_vs_hf_packed']:.2f}x (scheduling alone; the rest of the gain over "
+              "transformers as a user runs it is the kernels)")
     print()

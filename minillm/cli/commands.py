@@ -185,6 +185,12 @@ def check_weights(path) -> list[str]:
         n = sum(p.numel() for p in model.parameters())
         print(f"             weights OK: {n / 1e6:.1f}M parameters from {len(weight_files(path))} file(s), "
               f"loaded and checked in {time.perf_counter() - start:.1f} s")
+        distinct = {id(p): p for p in model.parameters()}.values()  # a tied head once
+        plain = sum(p.numel() * p.element_size() for p in distinct)
+        packed = model.pack_for_cpu()
+        print(f"             packed for oneDNN's CPU linear: {packed / 1e6:.1f} MB on "
+              f"top of the {plain / 1e6:.1f} MB of plain weights (the embedding and state_dict "
+              "read the plain copy)")
     except Exception as e:  # doctor reports, it does not crash
         return [f"the weights do not load: {e}"]
     return []
