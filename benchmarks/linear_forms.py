@@ -16,7 +16,7 @@ import argparse
 
 from minillm.bench.forms import form_times, print_forms
 
-SHAPES = {  # (out, in) of the bench model (minillm/bench/throughput.py BENCH_CONFIG)
+SHAPES = {  # (out, in) of the bench model (BENCH_CONFIG in minillm/bench/common.py)
     "lm_head 32768x768": (32_768, 768),
     "gate/up 2304x768": (2304, 768),
     "down 768x2304": (768, 2304),

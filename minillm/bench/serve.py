@@ -230,7 +230,7 @@ def main(args) -> int:
 
     model = args.model
     if model is None:
-        from minillm.bench.throughput import bench_model_path
+        from minillm.bench.common import bench_model_path
 
         model = bench_model_path()
     name = args.served_model_name or Path(model).name

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from minillm.bench.throughput import BLOCK_SIZE, fill_defaults, load_average, machine, model_path
+from minillm.bench.common import BLOCK_SIZE, fill_defaults, load_average, machine, model_path
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import num_blocks_for

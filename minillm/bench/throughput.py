@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import statistics
 import time
@@ -43,47 +41,20 @@ from pathlib import Path
 import torch
 
 from minillm.bench import floor as bench_floor; from minillm.bench import forms as bench_forms; from minillm.bench import mixed as bench_mixed
+from minillm.bench.common import BLOCK_SIZE, fill_defaults, load_average, machine, model_path
 from minillm.bench.report import print_floor, print_mixed, print_table
-from minillm.checkpoints import cache_dir, ensure_checkpoint
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
-from minillm.paged import DEFAULT_BLOCK_SIZE, num_blocks_for
+from minillm.paged import num_blocks_for
 from minillm.sampling import SamplingParams
 
-# The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU, tied
-# head) at about a tenth of Qwen3-0.6B: 3/4 of its width, 6 of its 28 layers, a 32K vocabulary.
-# Its 66M parameters (265 MB in float32) are far beyond the CPU caches (32 MB of L3 here), so every
-# forward streams all weights from memory, as decode does on a real model; that costs ~25-30 ms per
-# forward on 2 cores, so the engine's Python work per step (well under a millisecond) is a few percent.
-# Any bigger and the bench would no longer run in minutes. The 32K vocabulary keeps the output layer
-# at about a third of the weights, as in Qwen3-0.6B (the real 151,936 would make it three quarters);
-# the bench needs no tokenizer, as its prompts are token ids.
-BENCH_CONFIG = dict(
-    vocab_size=32_768,
-    hidden_size=768,
-    intermediate_size=2304,
-    num_hidden_layers=6,
-    num_attention_heads=12,
-    num_key_value_heads=4,
-    head_dim=64,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
-)
-BENCH_SEED = 2027
-BENCH_NAME = "qwen3-bench-v1"  # bump the suffix whenever BENCH_CONFIG changes
-
-BLOCK_SIZE = DEFAULT_BLOCK_SIZE
-TARGETS = {2: 1.8, 4: 3.0, 8: 4.0}  # the seeds' throughput targets over one-at-a-time
+TARGETS = {2: 1.8, 4: 3.0, 8: 4.0}  # the batching targets: throughput over one at a time
 LATENCY_TARGET = 1.05  # engine at concurrency 1 vs one-at-a-time, per request
 FLOOR_AIM_PERCENT = 75  # the engine's bs-1 decode at >= 75% of the memory floor's speed
 STEP_AIMS = {2: 1.25, 8: 2.0}  # t(c) / t(1) of one decode forward: weights are read once per step
 ARTIFACT_TOLERANCE = 1.10  # a ratio this far above c, or above its ceiling, is an artifact
 MIXED_AIM = 3.0  # the engine over transformers' static batches on the mixed workload
-
-
-def bench_model_path() -> Path:
-    return ensure_checkpoint(cache_dir() / BENCH_NAME, BENCH_CONFIG, seed=BENCH_SEED, with_tokenizer=False)
 
 
 def make_workload(num_requests: int, prompt_lens: tuple[int, int], vocab_size: int, seed: int) -> list[list[int]]:
@@ -142,43 +113,6 @@ def run_hf(hf, prompts, max_tokens, batch_size) -> float:
                           do_sample=False, pad_token_id=0, eos_token_id=None)
         assert out.shape[1] == width + max_tokens
     return time.perf_counter() - t
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return dict(cpu=cpu, cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
-                python=platform.python_version(), system=platform.system())
-
-
-def fill_defaults(args: argparse.Namespace, quick: dict, full: dict) -> argparse.Namespace:
-    """--quick fills in only the options the reader did not pass; a full run fills the rest."""
-    for name, value in (quick if args.quick else full).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    return args
-
-
-def model_path(args: argparse.Namespace) -> Path:
-    """--model if given; else the tiny default model for --quick, the generated bench model otherwise."""
-    if args.model:
-        return Path(args.model)
-    if args.quick:
-        from minillm.checkpoints import default_model_path
-
-        return default_model_path()
-    return bench_model_path()
-
-
-def load_average() -> float | None:
-    """The 1-minute load average: above the core count, other programs were competing for the CPU."""
-    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 # Options --quick changes, with their full-run and quick values; --quick sets only those not given.

@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import sys
-from pathlib import Path
 
 from minillm.cli.args import dtype_list, existing_folder, int_arg
 
@@ -233,6 +232,9 @@ def check(args) -> int:
         if args.json:
             print(json.dumps(rows))
     return 0 if ok else 1
+
+
+MODEL_HELP = "checkpoint folder, or smollm2 (default: $MINILLM_MODEL, else the tiny model)"
 
 
 def main(argv=None) -> int:

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from minillm.checking import check_int
+from minillm.linear import linear
 
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # split W [out, in] along out (dim 0)
 ROW = ("o_proj", "down_proj")  # split along in (dim 1), followed by an all-reduce
@@ -190,8 +191,6 @@ class ColumnParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features))  # out_features: this rank's share
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from minillm.model import linear
-
         return linear(x, self.weight)  # [..., out / size]
 
 
@@ -204,8 +203,6 @@ class RowParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features))  # in_features: this rank's share
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from minillm.model import linear
-
         return self.tp.all_reduce(linear(x, self.weight))  # [..., out]: the sum over the ranks' slices of in
 
 
@@ -234,8 +231,6 @@ class ParallelLMHead(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_rows(vocab_size, tp.rank, tp.size)[1], hidden_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | None:
-        from minillm.model import linear
-
         return self.tp.gather_last_dim(linear(x, self.weight), self.vocab_size)  # [..., V] on rank 0
 
 
