@@ -19,7 +19,7 @@ from minillm.model import Transformer
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams
-from minillm import smollm2
+from minillm.checkpoints import smollm2
 
 QUESTIONS = [
     "What is the capital of France? Answer in one sentence.",
