@@ -1,12 +1,14 @@
-"""checking.py — one small helper for every public argument check: the name, the value, what was expected.
+"""checking.py — one small helper for every public argument check: the name, the value, what was
+expected.
 
-    block_size = check_int("block_size", block_size, min=1)          # "block_size is 0: expected an int >= 1"
-    top_p = check_float("top_p", top_p, min=0, min_inclusive=False, max=1)
+    block_size = check_int("block_size", block_size, min=1)          # "block_size is 0:
+    expected an int >= 1" top_p = check_float("top_p", top_p, min=0, min_inclusive=False, max=1)
 
-Every constructor and function the book exposes checks its arguments with these, so a bad value fails
-at once, with one message format, before any state changes. Integers accept what Python calls an
-integer (`int`, numpy integers, 0-d integer tensors: anything with `__index__`) but never `bool`, and
-come back as plain `int`; floats accept any real number and come back as `float`.
+Every constructor and function the book exposes checks its arguments with these, so a bad value
+fails at once, with one message format, before any state changes. Integers accept what Python
+calls an integer (`int`, numpy integers, 0-d integer tensors: anything with `__index__`) but
+never `bool`, and come back as plain `int`; floats accept any real number and come back as
+`float`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import operator
 
 
 def as_int(x) -> int | None:
-    """x as a Python int if it is an integer (int, numpy or 0-d tensor integer, not bool), else None."""
+    """x as a Python int if it is an integer (int, numpy or 0-d tensor integer, not bool), else
+    None."""
     if isinstance(x, bool):
         return None
     try:
@@ -37,7 +40,9 @@ def _range_text(min, max, min_inclusive: bool = True) -> str:
 def check_int(name: str, value, *, min: int | None = None, max: int | None = None) -> int:
     """value as a plain int, or ValueError naming `name`, the value and the expected range."""
     n = as_int(value)
-    expected = "an int" + (" " + _range_text(min, max) if min is not None or max is not None else "")
+    expected = "an int" + (
+        " " + _range_text(min, max) if min is not None or max is not None else ""
+    )
     if n is None:
         raise ValueError(f"{name} is {value!r}: expected {expected}")
     if (min is not None and n < min) or (max is not None and n > max):
@@ -45,11 +50,24 @@ def check_int(name: str, value, *, min: int | None = None, max: int | None = Non
     return n
 
 
-def check_float(name: str, value, *, min: float | None = None, max: float | None = None,
-                min_inclusive: bool = True) -> float:
-    """value as a finite float, or ValueError naming `name`, the value and the expected range."""
-    expected = "a finite number" + (" " + _range_text(min, max, min_inclusive) if min is not None or max is not None else "")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+def check_float(
+    name: str,
+    value,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_inclusive: bool = True,
+) -> float:
+    """value as a finite float, or ValueError naming `name`, the value and the expected
+    range."""
+    expected = "a finite number" + (
+        " " + _range_text(min, max, min_inclusive) if min is not None or max is not None else ""
+    )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        and not hasattr(value, "__float__")
+    ):
         raise ValueError(f"{name} is {value!r}: expected {expected}")
     try:
         x = float(value)
@@ -61,8 +79,11 @@ def check_float(name: str, value, *, min: float | None = None, max: float | None
     return x
 
 
-def check_int_list(name: str, values, *, min: int | None = None, max: int | None = None) -> list[int]:
-    """A sequence of ints (list, tuple, 1-D array or tensor) as a list of plain ints; the error names the index."""
+def check_int_list(
+    name: str, values, *, min: int | None = None, max: int | None = None
+) -> list[int]:
+    """A sequence of ints (list, tuple, 1-D array or tensor) as a list of plain ints; the error
+    names the index."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise ValueError(f"{name} is {values!r}: expected a list of ints")
     if getattr(values, "ndim", 1) != 1:

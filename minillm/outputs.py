@@ -1,4 +1,5 @@
-"""outputs.py — what the engine hands back: a finished request's Output, and one TokenEvent per new token."""
+"""outputs.py — what the engine hands back: a finished request's Output, and one TokenEvent per
+new token."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ class Output:
     ttft: float  # time to first token
     itl: list[float]  # inter-token latencies: the gaps between consecutive tokens
     num_preemptions: int = 0
-    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache, never computed (vLLM's name)
-    spec: object = None  # a spec_decode.SpecDecodeStats: proposals, acceptances, target forwards (chapter 9)
-    # with SamplingParams.prompt_logprobs / logprobs: per token (logprob, [(id, logprob)] of the top ones);
-    # the first prompt token's entry is None (nothing before it scores it)
+    num_cached_tokens: int = (
+        0  # prompt tokens found in the prefix cache, never computed (vLLM's name)
+    )
+    # a spec_decode.SpecDecodeStats: proposals, acceptances, target forwards (chapter 9)
+    spec: object = None
+    # with SamplingParams.prompt_logprobs / logprobs: per token (logprob, [(id, logprob)] of the
+    # top ones); the first prompt token's entry is None (nothing before it scores it)
     prompt_logprobs: list | None = None
     logprobs: list | None = None
 
@@ -32,13 +36,18 @@ class Output:
 
 @dataclass
 class TokenEvent:
-    """One token produced by one step for one request; `output` is set when that token finished it."""
+    """One token produced by one step for one request; `output` is set when that token finished
+    it."""
 
     request_id: str
     token_id: int
     output: Output | None = None
-    logprobs: tuple | None = None  # (logprob, [(id, logprob)] top) when the request asked for logprobs
-    prompt_logprobs: list | None = None  # on a request's first token, when it asked for prompt_logprobs
+    logprobs: tuple | None = (
+        None  # (logprob, [(id, logprob)] top) when the request asked for logprobs
+    )
+    prompt_logprobs: list | None = (
+        None  # on a request's first token, when it asked for prompt_logprobs
+    )
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """slots.py — many requests, one KV cache: every request owns a fixed slot of max_ctx tokens.
 
-The first way to serve several requests at once: make the cache of chapter 2 one dimension bigger.
-Per layer, K and V become [max_batch, max_ctx, kv_heads, head_dim]; a request is handed a slot (a row)
-when it arrives and gives it back when it finishes, and the slot's offset (its number of stored
-tokens) says where its next token goes. Requests still run one at a time through the model (serial
-prefill and decode, like the first phase of the batching progress report's engine); the cache just holds many at once.
+The first way to serve several requests at once: make the cache of chapter 2 one dimension
+bigger. Per layer, K and V become [max_batch, max_ctx, kv_heads, head_dim]; a request is handed
+a slot (a row) when it arrives and gives it back when it finishes, and the slot's offset (its
+number of stored tokens) says where its next token goes. Requests still run one at a time
+through the model (serial prefill and decode, like the first phase of the batching progress
+report's engine); the cache just holds many at once.
 
 The price is memory: each slot reserves max_ctx tokens whether the request uses 30 or 30,000.
 """
@@ -25,10 +26,19 @@ class OutOfSlotsError(RuntimeError):
 
 
 class SlotKVCache:
-    """Per layer, K and V [max_batch, max_ctx, kv_heads, hd]; slot s holds one request's tokens 0..lengths[s]-1."""
+    """Per layer, K and V [max_batch, max_ctx, kv_heads, hd]; slot s holds one request's tokens
+    0..lengths[s]-1."""
 
-    def __init__(self, num_layers: int, max_batch: int, max_ctx: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device="cpu"):
+    def __init__(
+        self,
+        num_layers: int,
+        max_batch: int,
+        max_ctx: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device="cpu",
+    ):
         if max_batch < 1 or max_ctx < 1:
             raise ValueError(f"max_batch={max_batch}, max_ctx={max_ctx}: expected both >= 1")
         shape = (max_batch, max_ctx, num_kv_heads, head_dim)
@@ -42,7 +52,15 @@ class SlotKVCache:
     @classmethod
     def for_model(cls, model: Transformer, max_batch: int, max_ctx: int) -> "SlotKVCache":
         cfg, p = model.cfg, model.embed_tokens.weight
-        return cls(cfg.num_hidden_layers, max_batch, max_ctx, cfg.num_key_value_heads, cfg.hd, p.dtype, p.device)
+        return cls(
+            cfg.num_hidden_layers,
+            max_batch,
+            max_ctx,
+            cfg.num_key_value_heads,
+            cfg.hd,
+            p.dtype,
+            p.device,
+        )
 
     @property
     def num_free(self) -> int:
@@ -51,15 +69,20 @@ class SlotKVCache:
     def allocate_slot(self, request_id) -> int:
         """Give `request_id` the lowest free slot, empty (offset 0)."""
         if request_id in self.request_to_slot:
-            raise ValueError(f"request {request_id!r} already holds slot {self.request_to_slot[request_id]}")
+            raise ValueError(
+                f"request {request_id!r} already holds slot {self.request_to_slot[request_id]}"
+            )
         if not self.free_slots:
             raise OutOfSlotsError(
-                f"all {self.max_batch} slots are taken (by requests {list(self.request_to_slot)}); "
+                f"all {self.max_batch} slots are taken (by requests "
+                f"{list(self.request_to_slot)}); "
                 f"request {request_id!r} must wait until one is freed"
             )
         slot = self.free_slots.pop(0)
         self.request_to_slot[request_id] = slot
-        self.lengths[slot] = 0  # stale K/V from the last owner stay, but offset 0 means none is ever read
+        self.lengths[slot] = (
+            0  # stale K/V from the last owner stay, but offset 0 means none is ever read
+        )
         return slot
 
     def free_slot(self, request_id) -> None:
@@ -72,12 +95,14 @@ class SlotKVCache:
     def slot_of(self, request_id) -> int:
         if request_id not in self.request_to_slot:
             raise ValueError(
-                f"request {request_id!r} holds no slot: expected one of {list(self.request_to_slot)}"
+                f"request {request_id!r} holds no slot: expected one of "
+                f"{list(self.request_to_slot)}"
             )
         return self.request_to_slot[request_id]
 
     def view(self, request_id) -> "SlotView":
-        """The request's slot seen as a one-sequence cache, which `Transformer.forward` accepts."""
+        """The request's slot seen as a one-sequence cache, which `Transformer.forward`
+        accepts."""
         return SlotView(self, self.slot_of(request_id))
 
     def reserved_bytes(self) -> int:
@@ -89,10 +114,11 @@ class SlotKVCache:
 
 
 class SlotView:
-    """One slot seen as chapter 2's `KVCache`: `.length`, `.update(layer, k, v)`, `.attend(...)`, `.advance(n)`.
+    """One slot seen as chapter 2's `KVCache`: `.length`, `.update(layer, k, v)`,
+    `.attend(...)`, `.advance(n)`.
 
-    The model never learns it shares a cache: it sees a batch-1 attention backend whose rows live in
-    slot `slot`.
+    The model never learns it shares a cache: it sees a batch-1 attention backend whose rows
+    live in slot `slot`.
     """
 
     def __init__(self, cache: SlotKVCache, slot: int):
@@ -107,32 +133,44 @@ class SlotView:
         return self.cache.max_ctx
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Write k, v [1, T, KV, hd] at the slot's offset; return the slot's whole history [1, offset+T, KV, hd]."""
+        """Write k, v [1, T, KV, hd] at the slot's offset; return the slot's whole history [1,
+        offset+T, KV, hd]."""
         if k.shape[0] != 1:
             raise ValueError(f"a slot holds one sequence, got a batch of {k.shape[0]}")
         start, end = self.length, self.length + k.shape[1]
         if end > self.cache.max_ctx:
-            raise ValueError(f"slot {self.slot} holds {self.cache.max_ctx} tokens; position {end - 1} does not fit")
+            raise ValueError(
+                f"slot {self.slot} holds {self.cache.max_ctx} tokens; position {end - 1} does "
+                "not fit"
+            )
         s = self.slot
         self.cache.k[layer][s, start:end] = k[0]
         self.cache.v[layer][s, start:end] = v[0]
-        return self.cache.k[layer][s:s + 1, :end], self.cache.v[layer][s:s + 1, :end]
+        return self.cache.k[layer][s : s + 1, :end], self.cache.v[layer][s : s + 1, :end]
 
-    attend = KVCache.attend  # the same backend step as chapter 2's cache: store, then attend over the history
+    attend = (
+        KVCache.attend
+    )  # the same backend step as chapter 2's cache: store, then attend over the history
 
     def advance(self, n: int) -> None:
         self.cache.lengths[self.slot] += n
 
 
 @torch.no_grad()
-def prefill(model: Transformer, cache: SlotKVCache, request_id, prompt_ids: list[int]) -> torch.Tensor:
+def prefill(
+    model: Transformer, cache: SlotKVCache, request_id, prompt_ids: list[int]
+) -> torch.Tensor:
     """Run the prompt into the request's (empty) slot; return the last position's logits [V]."""
     slot = cache.slot_of(request_id)
     if not prompt_ids:
-        raise ValueError(f"request {request_id!r} has an empty prompt: expected at least one token")
+        raise ValueError(
+            f"request {request_id!r} has an empty prompt: expected at least one token"
+        )
     if cache.lengths[slot] != 0:
-        raise ValueError(f"request {request_id!r} already has {cache.lengths[slot]} tokens in slot {slot}: "
-                         "prefill expects an empty slot")
+        raise ValueError(
+            f"request {request_id!r} already has {cache.lengths[slot]} tokens in slot {slot}: "
+            "prefill expects an empty slot"
+        )
     return _run(model, cache, request_id, slot, prompt_ids)
 
 
@@ -141,15 +179,21 @@ def decode(model: Transformer, cache: SlotKVCache, request_id, token: int) -> to
     """Run one new token after the request's history; return its logits [V]."""
     slot = cache.slot_of(request_id)
     if cache.lengths[slot] == 0:
-        raise ValueError(f"request {request_id!r} has an empty slot {slot}: prefill it before decoding")
+        raise ValueError(
+            f"request {request_id!r} has an empty slot {slot}: prefill it before decoding"
+        )
     return _run(model, cache, request_id, slot, [token])
 
 
 def _run(model, cache, request_id, slot, token_ids) -> torch.Tensor:
     end = cache.lengths[slot] + len(token_ids)
-    if end > cache.max_ctx:  # checked before the model writes anything, so the slot stays as it was
-        raise ValueError(f"request {request_id!r} would reach {end} tokens, "
-                         f"but slot {slot} holds max_ctx={cache.max_ctx}")
+    if (
+        end > cache.max_ctx
+    ):  # checked before the model writes anything, so the slot stays as it was
+        raise ValueError(
+            f"request {request_id!r} would reach {end} tokens, "
+            f"but slot {slot} holds max_ctx={cache.max_ctx}"
+        )
     model.check_token_ids(token_ids)
     ids = torch.tensor([token_ids], device=cache.k[0].device)
     return forward_cached(model, cache.view(request_id), ids)[0]  # [V]
@@ -164,11 +208,16 @@ class SlotRequest:
     max_new_tokens: int
     slot: int = -1
     generated: list[int] = field(default_factory=list)
-    logits: list[torch.Tensor] = field(default_factory=list)  # the [V] logits each new token came from
+    logits: list[torch.Tensor] = field(
+        default_factory=list
+    )  # the [V] logits each new token came from
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
-            raise ValueError(f"request {self.request_id!r} asks for {self.max_new_tokens} new tokens: expected >= 1")
+            raise ValueError(
+                f"request {self.request_id!r} asks for {self.max_new_tokens} new tokens: "
+                "expected >= 1"
+            )
 
     @property
     def finished(self) -> bool:
@@ -176,19 +225,25 @@ class SlotRequest:
 
 
 def batch_prefill(model: Transformer, cache: SlotKVCache, requests: list[SlotRequest]) -> None:
-    """Give each request a slot and prefill it, one request per forward (serial, first come first served).
+    """Give each request a slot and prefill it, one request per forward (serial, first come
+    first served).
 
-    The prefill yields each request's first new token; a request that is then finished frees its slot.
+    The prefill yields each request's first new token; a request that is then finished frees its
+    slot.
     """
     if len(requests) > cache.num_free:  # refuse the whole batch rather than admit part of it
-        raise OutOfSlotsError(f"{len(requests)} requests need slots "
-                              f"but only {cache.num_free} of {cache.max_batch} are free")
+        raise OutOfSlotsError(
+            f"{len(requests)} requests need slots "
+            f"but only {cache.num_free} of {cache.max_batch} are free"
+        )
     for r in requests:
         r.slot = cache.allocate_slot(r.request_id)
         try:
             logits = prefill(model, cache, r.request_id, r.prompt_ids)
         except Exception:
-            cache.free_slot(r.request_id)  # a request that failed to start does not keep its slot
+            cache.free_slot(
+                r.request_id
+            )  # a request that failed to start does not keep its slot
             r.slot = -1
             raise
         _take(r, logits)
@@ -196,8 +251,11 @@ def batch_prefill(model: Transformer, cache: SlotKVCache, requests: list[SlotReq
             cache.free_slot(r.request_id)
 
 
-def batch_decode_step(model: Transformer, cache: SlotKVCache, requests: list[SlotRequest]) -> None:
-    """One decode step for every unfinished request, one forward each; finished requests free their slot."""
+def batch_decode_step(
+    model: Transformer, cache: SlotKVCache, requests: list[SlotRequest]
+) -> None:
+    """One decode step for every unfinished request, one forward each; finished requests free
+    their slot."""
     for r in requests:
         if not r.finished:
             _take(r, decode(model, cache, r.request_id, r.generated[-1]))
@@ -210,19 +268,37 @@ def _take(r: SlotRequest, logits: torch.Tensor) -> None:
     r.generated.append(int(logits.argmax()))  # greedy, as kv_cache.generate
 
 
-def reserved_kv_bytes(num_slots: int, max_ctx: int, num_layers: int, num_kv_heads: int, head_dim: int,
-                      bytes_per_element: int = 2) -> int:
-    """What fixed slots cost up front: every slot reserves max_ctx tokens of K and V in every layer."""
-    return num_slots * max_ctx * kv_bytes_per_token(num_layers, num_kv_heads, head_dim, bytes_per_element)
+def reserved_kv_bytes(
+    num_slots: int,
+    max_ctx: int,
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    bytes_per_element: int = 2,
+) -> int:
+    """What fixed slots cost up front: every slot reserves max_ctx tokens of K and V in every
+    layer."""
+    return (
+        num_slots
+        * max_ctx
+        * kv_bytes_per_token(num_layers, num_kv_heads, head_dim, bytes_per_element)
+    )
 
 
-def sample_length_mix(num_requests: int, seed: int = 0, max_ctx: int = 65_536) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt and output lengths of a seeded, long-tailed request mix (log-normal, like chat traffic).
+def sample_length_mix(
+    num_requests: int, seed: int = 0, max_ctx: int = 65_536
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of a seeded, long-tailed request mix (log-normal, like chat
+    traffic).
 
-    Most prompts are a few hundred tokens and most answers a few hundred more, but a few documents run
-    to tens of thousands; prompt + output is clipped to max_ctx.
+    Most prompts are a few hundred tokens and most answers a few hundred more, but a few
+    documents run to tens of thousands; prompt + output is clipped to max_ctx.
     """
     rng = np.random.default_rng(seed)
-    prompt = np.clip(rng.lognormal(mean=np.log(600), sigma=1.3, size=num_requests), 8, max_ctx // 2).astype(int)
-    output = np.clip(rng.lognormal(mean=np.log(250), sigma=1.0, size=num_requests), 1, max_ctx - prompt).astype(int)
+    prompt = np.clip(
+        rng.lognormal(mean=np.log(600), sigma=1.3, size=num_requests), 8, max_ctx // 2
+    ).astype(int)
+    output = np.clip(
+        rng.lognormal(mean=np.log(250), sigma=1.0, size=num_requests), 1, max_ctx - prompt
+    ).astype(int)
     return prompt, output

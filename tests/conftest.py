@@ -4,8 +4,8 @@
 - `tiny_default_path`: the generated tiny Qwen3 folder itself, even when $MINILLM_MODEL is set.
 - `model`: minillm's Transformer on that folder (fp32, CPU), loaded once per session.
 - `tokenizer`: the folder's tokenizer (the real Qwen3 one for the tiny model).
-- `tiny_checkpoint(**overrides)`: a random Qwen3 checkpoint folder with a 512-token vocabulary unless
-  overridden; the same overrides and seed return the same folder within a test session.
+- `tiny_checkpoint(**overrides)`: a random Qwen3 checkpoint folder with a 512-token vocabulary
+  unless overridden; the same overrides and seed return the same folder within a test session.
 - `tiny_model(**overrides)`: the same, loaded as a Transformer.
 """
 
@@ -16,17 +16,33 @@ import json
 import pytest
 import torch
 
-from minillm.checkpoints import (TINY_CONFIG, TINY_NAME, TINY_SEED, cache_dir, default_model_path,
-                                 ensure_checkpoint, load_tokenizer, write_checkpoint)
+from minillm.checkpoints import (
+    TINY_CONFIG,
+    TINY_NAME,
+    TINY_SEED,
+    cache_dir,
+    default_model_path,
+    ensure_checkpoint,
+    load_tokenizer,
+    write_checkpoint,
+)
 from minillm.model import Transformer
 
-# The test tensors are tiny: one thread loses nothing, and avoids OpenMP threads thrashing on a shared 2-core box.
+# The test tensors are tiny: one thread loses nothing, and avoids OpenMP threads thrashing on a
+# shared 2-core box.
 torch.set_num_threads(1)
 
-# Small enough that writing a checkpoint takes milliseconds; every shape feature of Qwen3-0.6B is
-# still there (GQA, head_dim * heads != hidden, QK-norm, tied head, 2 layers).
-SMALL = dict(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+# Small enough that writing a checkpoint takes milliseconds; every shape feature of Qwen3-0.6B
+# is still there (GQA, head_dim * heads != hidden, QK-norm, tied head, 2 layers).
+SMALL = dict(
+    vocab_size=512,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +67,8 @@ def tokenizer(model_path):
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
-    """Factory: tiny_checkpoint(seed=0, with_tokenizer=False, **config_overrides) -> checkpoint folder."""
+    """Factory: tiny_checkpoint(seed=0, with_tokenizer=False, **config_overrides) -> checkpoint
+    folder."""
     made = {}
 
     def make(seed: int = 0, with_tokenizer: bool = False, **overrides):
@@ -59,7 +76,9 @@ def tiny_checkpoint(tmp_path_factory):
         key = (seed, with_tokenizer, json.dumps(config, sort_keys=True))
         if key not in made:
             folder = tmp_path_factory.mktemp("ckpt")
-            made[key] = write_checkpoint(folder, config, seed=seed, with_tokenizer=with_tokenizer)
+            made[key] = write_checkpoint(
+                folder, config, seed=seed, with_tokenizer=with_tokenizer
+            )
         return made[key]
 
     return make

@@ -1,4 +1,5 @@
-"""The engine thread behind the server, without HTTP: queues in, deltas out, stops and aborts free blocks."""
+"""The engine thread behind the server, without HTTP: queues in, deltas out, stops and aborts
+free blocks."""
 
 import asyncio
 import time
@@ -30,7 +31,10 @@ def idle(front, timeout=20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # bounded wait for the engine thread to catch up
         s = front.stats()
-        if s["num_running"] == s["num_waiting"] == 0 and s["num_free_blocks"] == s["num_blocks"]:
+        if (
+            s["num_running"] == s["num_waiting"] == 0
+            and s["num_free_blocks"] == s["num_blocks"]
+        ):
             return s
         time.sleep(0.02)
     return front.stats()
@@ -39,11 +43,18 @@ def idle(front, timeout=20.0):
 def test_concurrent_requests_get_their_own_text_and_share_steps(engines):
     front, offline = engines
     tok = offline.tokenizer
-    prompts = [tok("Once upon a time").input_ids, tok("東京は").input_ids, tok("def f(x):").input_ids]
+    prompts = [
+        tok("Once upon a time").input_ids,
+        tok("東京は").input_ids,
+        tok("def f(x):").input_ids,
+    ]
     params = [SamplingParams(max_tokens=12, temperature=0.9, seed=s) for s in (1, 2, 3)]
 
     async def run():
-        streams = [await front.submit(p, sp, request_id=f"a{i}") for i, (p, sp) in enumerate(zip(prompts, params))]
+        streams = [
+            await front.submit(p, sp, request_id=f"a{i}")
+            for i, (p, sp) in enumerate(zip(prompts, params))
+        ]
         return await asyncio.gather(*(collect(s) for s in streams))
 
     outs = asyncio.run(run())
@@ -56,15 +67,27 @@ def test_concurrent_requests_get_their_own_text_and_share_steps(engines):
 def test_a_stop_string_ends_the_request_in_the_engine(engines):
     front, offline = engines
     ids = offline.tokenizer("The capital of France is").input_ids
-    full = offline.generate([ids], SamplingParams(max_tokens=30, seed=9, temperature=1.0))[0].text
+    full = offline.generate([ids], SamplingParams(max_tokens=30, seed=9, temperature=1.0))[
+        0
+    ].text
     stop = full[12:15]
 
     async def run():
-        return await collect(await front.submit(ids, SamplingParams(max_tokens=30, seed=9, temperature=1.0),
-                                                stop=[stop], request_id="s1"))
+        return await collect(
+            await front.submit(
+                ids,
+                SamplingParams(max_tokens=30, seed=9, temperature=1.0),
+                stop=[stop],
+                request_id="s1",
+            )
+        )
 
     text, last = asyncio.run(run())
-    assert text == full[:full.index(stop)] and last.finish_reason == "stop" and last.num_output_tokens < 30
+    assert (
+        text == full[: full.index(stop)]
+        and last.finish_reason == "stop"
+        and last.num_output_tokens < 30
+    )
     after = idle(front)
     assert after["num_free_blocks"] == after["num_blocks"]
 
@@ -73,12 +96,14 @@ def test_an_abort_frees_the_blocks_and_a_refused_request_gets_an_error(engines):
     front, offline = engines
 
     async def run():
-        stream = await front.submit([1, 2, 3], SamplingParams(max_tokens=3000, ignore_eos=True), request_id="long")
+        stream = await front.submit(
+            [1, 2, 3], SamplingParams(max_tokens=3000, ignore_eos=True), request_id="long"
+        )
         for _ in range(3):
             await stream.__anext__()
         held = front.stats()
         stream.abort()
-        bad = await front.submit([10 ** 8], SamplingParams(max_tokens=2), request_id="bad")
+        bad = await front.submit([10**8], SamplingParams(max_tokens=2), request_id="bad")
         return held, await bad.__anext__()
 
     held, refused = asyncio.run(run())

@@ -1,4 +1,5 @@
-"""The benchmark's parts: one projection rule for every path, the memory floor, the mixed workload."""
+"""The benchmark's parts: one projection rule for every path, the memory floor, the mixed
+workload."""
 
 import json
 
@@ -6,14 +7,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minillm.bench import throughput as bench; from minillm.bench import floor as bench_floor; from minillm.bench import mixed as bench_mixed
+from minillm.bench import throughput as bench
+from minillm.bench import floor as bench_floor
+from minillm.bench import mixed as bench_mixed
 from minillm.model import ModelConfig, Transformer, linear, pack_for_cpu
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 33])
 def test_linear_equals_f_linear_for_any_row_count(rows):
     g = torch.Generator().manual_seed(rows)
-    w, x = torch.nn.Parameter(torch.randn(96, 40, generator=g)), torch.randn(rows, 40, generator=g)
+    w, x = (
+        torch.nn.Parameter(torch.randn(96, 40, generator=g)),
+        torch.randn(rows, 40, generator=g),
+    )
     with torch.no_grad():
         got, batched = linear(x, w), linear(x.view(1, rows, 40), w)
         assert got.shape == (rows, 96)
@@ -41,7 +47,9 @@ def test_every_row_count_runs_onednn_on_the_packed_weight():
         ops = count_ops(lambda: linear(torch.randn(rows, 32), w))
         assert ops.get(ONEDNN_LINEAR) == 1, ops
         assert "aten::linear" not in ops and "aten::mm" not in ops, ops
-        assert "mkldnn::_reorder_linear_weight" not in ops  # packed at the first call, not again
+        assert (
+            "mkldnn::_reorder_linear_weight" not in ops
+        )  # packed at the first call, not again
     plain = torch.randn(64, 32)  # not a Parameter: a one-off weight is not worth packing
     assert ONEDNN_LINEAR not in count_ops(lambda: linear(torch.randn(2, 32), plain))
 
@@ -82,8 +90,15 @@ def test_the_engine_runs_every_projection_packed():
 
     cfg = tiny_cfg(tied=True)
     model = Transformer(cfg)
-    engine = LLMEngine(model, max_num_seqs=2, max_num_batched_tokens=64, num_blocks=16,
-                       block_size=4, max_model_len=32, eos_token_id=None)
+    engine = LLMEngine(
+        model,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        num_blocks=16,
+        block_size=4,
+        max_model_len=32,
+        eos_token_id=None,
+    )
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     engine.generate([[1, 2, 3]], params, progress=False)  # warm: packs every weight once
     ops = count_ops(lambda: engine.generate([[1, 2, 3], [4, 5]], params, progress=False))
@@ -105,60 +120,114 @@ def test_pack_for_cpu_counts_a_tied_weight_once():
 
 
 def tiny_cfg(tied: bool) -> ModelConfig:
-    return ModelConfig(vocab_size=50, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                       num_attention_heads=2, num_key_value_heads=1, head_dim=4, tie_word_embeddings=tied)
+    return ModelConfig(
+        vocab_size=50,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=4,
+        tie_word_embeddings=tied,
+    )
 
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_decode_weight_bytes_counts_a_tied_head_once_and_skips_an_untied_embedding(tied):
     model = Transformer(tiny_cfg(tied))
-    layer = 8 * 8 + 8 * 4 * 2 + 8 * 8 + 3 * 8 * 16 + 8 + 8 + 4 + 4  # q, k+v, o, MLP, two norms, q/k norms
-    expected = (layer + 8 + 50 * 8) * 4  # the layer, the final norm, the head (the embedding only through it)
+    layer = (
+        8 * 8 + 8 * 4 * 2 + 8 * 8 + 3 * 8 * 16 + 8 + 8 + 4 + 4
+    )  # q, k+v, o, MLP, two norms, q/k norms
+    expected = (
+        layer + 8 + 50 * 8
+    ) * 4  # the layer, the final norm, the head (the embedding only through it)
     assert bench_floor.decode_weight_bytes(model) == expected
 
 
 def test_stream_bandwidth_is_a_positive_rate():
-    assert bench_floor.stream_bandwidth(num_bytes=4 * 2**20, repeats=2) > 1e6  # more than 1 MB/s anywhere
+    assert (
+        bench_floor.stream_bandwidth(num_bytes=4 * 2**20, repeats=2) > 1e6
+    )  # more than 1 MB/s anywhere
 
 
 def test_mixed_workload_is_seeded_and_within_its_ranges():
     a = bench_mixed.make_mixed_workload(40, (8, 256), (8, 128), 1000, seed=3)
     assert a == bench_mixed.make_mixed_workload(40, (8, 256), (8, 128), 1000, seed=3)
     assert a != bench_mixed.make_mixed_workload(40, (8, 256), (8, 128), 1000, seed=4)
-    assert all(8 <= len(p) <= 256 and 8 <= m <= 128 and all(0 <= t < 1000 for t in p) for p, m in a)
-    assert len({len(p) for p, _ in a}) > 10 and len({m for _, m in a}) > 10  # really drawn per request
+    assert all(
+        8 <= len(p) <= 256 and 8 <= m <= 128 and all(0 <= t < 1000 for t in p) for p, m in a
+    )
+    assert (
+        len({len(p) for p, _ in a}) > 10 and len({m for _, m in a}) > 10
+    )  # really drawn per request
 
 
 def test_padded_work_counts_what_static_batches_compute():
     work = [([1] * 3, 5), ([1] * 7, 2), ([1] * 4, 9)]
     pad = bench_mixed.padded_work(work, batch_size=2)
-    # batch 1: two rows padded to 7 prompt tokens and 5 output steps; batch 2: one row, no padding
-    assert pad == dict(prompt_positions=2 * 7 + 4, output_positions=2 * 5 + 9,
-                       useful_prompt_tokens=14, useful_output_tokens=16)
+    # batch 1: two rows padded to 7 prompt tokens and 5 output steps; batch 2: one row, no
+    # padding
+    assert pad == dict(
+        prompt_positions=2 * 7 + 4,
+        output_positions=2 * 5 + 9,
+        useful_prompt_tokens=14,
+        useful_output_tokens=16,
+    )
 
 
 def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert bench.main(["--quick", "--no-hf", "--concurrency", "1,2", "--requests", "2", "--mixed-requests", "3",
-                       "--save", str(out), "--note", "a test run"]) == 0
+    assert (
+        bench.main(
+            [
+                "--quick",
+                "--no-hf",
+                "--concurrency",
+                "1,2",
+                "--requests",
+                "2",
+                "--mixed-requests",
+                "3",
+                "--save",
+                str(out),
+                "--note",
+                "a test run",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
-    for words in ("streaming read bandwidth", "bs-1 decode floor", "one decode step against its rows",
-                  "mixed workload: 3 requests"):
+    for words in (
+        "streaming read bandwidth",
+        "bs-1 decode floor",
+        "one decode step against its rows",
+        "mixed workload: 3 requests",
+    ):
         assert words in printed
     result = json.loads(out.read_text())
     assert result["note"] == "a test run"
     floor = result["floor"]
     assert floor["bandwidth_gb_per_s"] > 0 and floor["weight_bytes"] > 0
-    assert floor["engine_decode_ms"] == pytest.approx(floor["forward_ms"] + floor["overhead_ms"])
+    assert floor["engine_decode_ms"] == pytest.approx(
+        floor["forward_ms"] + floor["overhead_ms"]
+    )
     assert 0 < floor["percent_of_floor"] and floor["floor_ms"] == pytest.approx(
-        floor["weight_bytes"] / (floor["bandwidth_gb_per_s"] * 1e9) * 1e3)
-    assert [s["rows"] for s in result["step_times"]] == [1, 2] and all(s["ms"] > 0 for s in result["step_times"])
-    assert result["mixed"]["workload"]["requests"] == 3 and result["mixed"]["engine_tokens_per_s"] > 0
+        floor["weight_bytes"] / (floor["bandwidth_gb_per_s"] * 1e9) * 1e3
+    )
+    assert [s["rows"] for s in result["step_times"]] == [1, 2] and all(
+        s["ms"] > 0 for s in result["step_times"]
+    )
+    assert (
+        result["mixed"]["workload"]["requests"] == 3
+        and result["mixed"]["engine_tokens_per_s"] > 0
+    )
     assert "hf_tokens_per_s" not in result["mixed"]  # --no-hf: the engine alone
     assert result["artifact_problems"] == []  # no ratio above c or above its own ceiling
     forms = result["forms"]  # the output layer, then an MLP projection
     assert [(f["rows"], f["threads"]) for f in forms] == [(1, 1), (2, 1)] * 2
-    assert all(f[form]["ms"] > 0 for f in forms for form in ("F.linear", "weight @ x.T", "packed"))
+    assert all(
+        f[form]["ms"] > 0 for f in forms for form in ("F.linear", "weight @ x.T", "packed")
+    )
     for rows, table in result["profiles"].items():  # a profile only where an aim was missed
         assert "aten::" in table and "Self CPU" in table
 
@@ -167,10 +236,14 @@ def test_a_ratio_above_c_or_above_its_ceiling_is_an_artifact():
     steps = [dict(rows=1, ceiling=1.0), dict(rows=2, ceiling=1.9), dict(rows=4, ceiling=3.0)]
 
     def rows(r2, r4):
-        return [dict(concurrency=2, engine_vs_one_at_a_time=r2),
-                dict(concurrency=4, engine_vs_one_at_a_time=r4)]
+        return [
+            dict(concurrency=2, engine_vs_one_at_a_time=r2),
+            dict(concurrency=4, engine_vs_one_at_a_time=r4),
+        ]
 
     assert bench.artifact_problems(rows(1.8, 2.9), steps) == []
     assert len(bench.artifact_problems(rows(2.65, 2.9), steps)) == 2  # above 2 and above 1.9
-    (problem,) = bench.artifact_problems(rows(1.8, 3.6), steps)  # below 4, above the ceiling 3.0
+    (problem,) = bench.artifact_problems(
+        rows(1.8, 3.6), steps
+    )  # below 4, above the ceiling 3.0
     assert "ceiling" in problem and "3.00x" in problem

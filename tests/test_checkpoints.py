@@ -1,4 +1,5 @@
-"""The generated tiny checkpoint: same bytes everywhere, Qwen3-shaped, safe to generate concurrently."""
+"""The generated tiny checkpoint: same bytes everywhere, Qwen3-shaped, safe to generate
+concurrently."""
 
 import hashlib
 import json
@@ -12,17 +13,35 @@ import pytest
 import torch
 
 from minillm import checkpoints
-from minillm.checkpoints import (EOS_TOKEN_ID, MANIFEST, TINY_CONFIG, TINY_NAME, TINY_SEED, default_model_path,
-                                 checkpoint_problem, ensure_checkpoint, load_tokenizer, write_checkpoint)
+from minillm.checkpoints import (
+    EOS_TOKEN_ID,
+    MANIFEST,
+    TINY_CONFIG,
+    TINY_NAME,
+    TINY_SEED,
+    default_model_path,
+    checkpoint_problem,
+    ensure_checkpoint,
+    load_tokenizer,
+    write_checkpoint,
+)
 from minillm.kv_cache import generate
 from minillm.model import Transformer
 
-# Pinned so that any change to the recipe (config, seed, scales, RNG, file layout) is noticed: such a
-# change must also bump TINY_NAME, or readers with an old cache would silently run a different model.
+# Pinned so that any change to the recipe (config, seed, scales, RNG, file layout) is noticed:
+# such a change must also bump TINY_NAME, or readers with an old cache would silently run a
+# different model.
 TINY_SAFETENSORS_SHA256 = "bdd3f2869ebd635b58a0252817ca25f82aca14d898e53caa470bb63516dbd690"
 TINY_CONFIG_SHA256 = "6b9bd3af49fa998c9326d97b08da9768c0e41acaa3d8b190bac3b90416580fcb"
-SMALL = dict(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+SMALL = dict(
+    vocab_size=512,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
 
 
 def sha256(path) -> str:
@@ -32,7 +51,9 @@ def sha256(path) -> str:
 def test_default_checkpoint_is_byte_identical_when_generated_twice(tmp_path, monkeypatch):
     monkeypatch.delenv("MINILLM_MODEL", raising=False)
     monkeypatch.setenv("MINILLM_CACHE", str(tmp_path / "cache"))
-    first = default_model_path()  # the code path readers hit: generated on first use into the cache
+    first = (
+        default_model_path()
+    )  # the code path readers hit: generated on first use into the cache
     second = write_checkpoint(tmp_path / "again", TINY_CONFIG, TINY_SEED, with_tokenizer=False)
     assert first == tmp_path / "cache" / TINY_NAME
     for name in ["model.safetensors", "config.json", "generation_config.json"]:
@@ -63,14 +84,19 @@ def test_tiny_checkpoint_ships_the_real_qwen3_tokenizer(tiny_default_path):
 
 def test_tiny_model_norm_weights_are_not_all_ones(tiny_default_path):
     model = Transformer.from_pretrained(tiny_default_path)
-    assert not torch.allclose(model.layers[0].input_layernorm.weight, torch.ones(model.cfg.hidden_size))
+    assert not torch.allclose(
+        model.layers[0].input_layernorm.weight, torch.ones(model.cfg.hidden_size)
+    )
     assert not torch.allclose(model.layers[0].self_attn.q_norm.weight, torch.ones(model.cfg.hd))
 
 
 def test_greedy_decoding_does_not_collapse_on_the_demo_prompts(tiny_default_path):
     from minillm.cli.commands import DEMO_PROMPTS
 
-    model, tok = Transformer.from_pretrained(tiny_default_path), load_tokenizer(tiny_default_path)
+    model, tok = (
+        Transformer.from_pretrained(tiny_default_path),
+        load_tokenizer(tiny_default_path),
+    )
     for prompt in DEMO_PROMPTS:
         ids = tok(prompt).input_ids
         new = generate(model, ids, 20)
@@ -98,14 +124,24 @@ ensure_checkpoint(folder, config, seed=5, with_tokenizer=False)
 def test_two_racing_processes_end_with_one_complete_folder(tmp_path):
     folder = tmp_path / "models" / "raced"
     start = str(time.time() + 2.0)
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(folder), json.dumps(SMALL), start],
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(folder), json.dumps(SMALL), start],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
-    assert sorted(f.name for f in folder.parent.iterdir()) == ["raced"]  # no temp folders left behind
+    assert sorted(f.name for f in folder.parent.iterdir()) == [
+        "raced"
+    ]  # no temp folders left behind
     fresh = write_checkpoint(tmp_path / "fresh", SMALL, seed=5, with_tokenizer=False)
-    assert (folder / "model.safetensors").read_bytes() == (fresh / "model.safetensors").read_bytes()
+    assert (folder / "model.safetensors").read_bytes() == (
+        fresh / "model.safetensors"
+    ).read_bytes()
     Transformer.from_pretrained(folder)
 
 
@@ -114,7 +150,9 @@ def test_losing_the_race_keeps_the_winners_folder(tmp_path, monkeypatch):
     real_write = checkpoints.write_checkpoint
 
     def write_while_another_process_finishes(tmp, config, seed, with_tokenizer):
-        real_write(folder, config, seed, with_tokenizer)  # the other process renames its copy first
+        real_write(
+            folder, config, seed, with_tokenizer
+        )  # the other process renames its copy first
         (folder / "winner").write_text("")
         return real_write(tmp, config, seed, with_tokenizer)
 
@@ -126,7 +164,9 @@ def test_losing_the_race_keeps_the_winners_folder(tmp_path, monkeypatch):
 
 def test_ensure_checkpoint_reuses_a_complete_folder(tmp_path, monkeypatch):
     folder = ensure_checkpoint(tmp_path / "m", SMALL, seed=5, with_tokenizer=False)
-    monkeypatch.setattr(checkpoints, "write_checkpoint", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    monkeypatch.setattr(
+        checkpoints, "write_checkpoint", lambda *a, **k: (_ for _ in ()).throw(AssertionError)
+    )
     assert ensure_checkpoint(folder, SMALL, seed=5, with_tokenizer=False) == folder
 
 
@@ -181,12 +221,21 @@ def break_by(how):
         elif how == "an empty folder":
             for f in folder.iterdir():
                 f.unlink()
+
     return damage
 
 
-BROKEN = ["truncated weights", "empty weights", "no config.json", "no manifest (an older minillm)",
-          "unreadable manifest", "partial folder (interrupted first run)", "edited config.json",
-          "a file where the folder should be", "an empty folder"]
+BROKEN = [
+    "truncated weights",
+    "empty weights",
+    "no config.json",
+    "no manifest (an older minillm)",
+    "unreadable manifest",
+    "partial folder (interrupted first run)",
+    "edited config.json",
+    "a file where the folder should be",
+    "an empty folder",
+]
 
 
 @pytest.mark.parametrize("how", BROKEN)
@@ -198,39 +247,57 @@ def test_broken_cache_entry_is_regenerated(tmp_path, capsys, how):
     assert {f.name: f.read_bytes() for f in folder.iterdir()} == good
     assert checkpoint_problem(folder, full=True) is None
     assert sorted(f.name for f in folder.parent.iterdir()) == ["m"], "nothing left beside it"
-    if how != "an empty folder":  # an empty folder is replaced without a word: there was nothing to reuse
+    if (
+        how != "an empty folder"
+    ):  # an empty folder is replaced without a word: there was nothing to reuse
         err = capsys.readouterr().err
-        assert f"the cached checkpoint {folder} cannot be reused" in err and "generating it again" in err
+        assert (
+            f"the cached checkpoint {folder} cannot be reused" in err
+            and "generating it again" in err
+        )
     Transformer.from_pretrained(folder)
 
 
 def test_default_model_regenerates_a_truncated_cache(tmp_path, monkeypatch):
-    """The reported case, on the default model: a truncated cached checkpoint used to fail every command."""
+    """The reported case, on the default model: a truncated cached checkpoint used to fail every
+    command."""
     monkeypatch.delenv("MINILLM_MODEL", raising=False)
     monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
     path = default_model_path()
-    (path / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes()[:1 << 20])
+    (path / "model.safetensors").write_bytes(
+        (path / "model.safetensors").read_bytes()[: 1 << 20]
+    )
     assert default_model_path() == path
     assert sha256(path / "model.safetensors") == TINY_SAFETENSORS_SHA256
 
 
-def test_a_broken_entry_that_cannot_be_replaced_names_the_folder_and_the_fix(tmp_path, monkeypatch):
+def test_a_broken_entry_that_cannot_be_replaced_names_the_folder_and_the_fix(
+    tmp_path, monkeypatch
+):
     folder = ensure_checkpoint(tmp_path / "m", SMALL, seed=5, with_tokenizer=False)
     (folder / "model.safetensors").write_bytes(b"")
     before = {f.name: f.read_bytes() for f in folder.iterdir()}
     real_rename = os.rename
 
     def rename(src, dst):
-        if str(src) == str(folder):  # moving the broken folder aside: say a read-only cache refuses
+        if str(src) == str(
+            folder
+        ):  # moving the broken folder aside: say a read-only cache refuses
             raise PermissionError(13, "Permission denied")
         return real_rename(src, dst)
 
     monkeypatch.setattr(checkpoints.os, "rename", rename)
-    with pytest.raises(OSError, match=rf"the cached checkpoint {folder} is broken \(model.safetensors has 0 bytes.*\) and cannot be "
-                                      rf"replaced \(Permission denied\); delete it with: rm -rf '{folder}'"):
+    with pytest.raises(
+        OSError,
+        match=rf"the cached checkpoint {folder} is broken \(model.safetensors has 0 bytes.*\) "
+        r"and cannot be "
+        rf"replaced \(Permission denied\); delete it with: rm -rf '{folder}'",
+    ):
         ensure_checkpoint(folder, SMALL, seed=5, with_tokenizer=False)
     assert sorted(f.name for f in tmp_path.iterdir()) == ["m"], "the temporary copy was removed"
-    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before, "and the folder left as it was"
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before, (
+        "and the folder left as it was"
+    )
 
 
 def test_an_interrupted_write_leaves_no_folder(tmp_path, monkeypatch):
@@ -251,15 +318,25 @@ def test_copies_left_by_killed_runs_are_removed_after_an_hour(tmp_path):
         (d / "model.safetensors").write_bytes(b"partial")
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     ensure_checkpoint(tmp_path / "m", SMALL, seed=5, with_tokenizer=False)
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["m", "m.tmp-fresh"], "a fresh one may be another run's"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m", "m.tmp-fresh"], (
+        "a fresh one may be another run's"
+    )
 
 
-@pytest.mark.parametrize("make_cache, message", [
-    (lambda p: (p.write_text("x"), p)[1], "MINILLM_CACHE=.* is a file: expected a folder"),
-    (lambda p: (p.write_text("x"), p / "sub")[1], r"cannot write a checkpoint into the cache folder .*sub \(Not a directory\): "
-                                              "point MINILLM_CACHE at a writable folder"),
-])
-def test_minillm_cache_that_is_not_a_folder_is_a_clear_error(tmp_path, monkeypatch, capsys, make_cache, message):
+@pytest.mark.parametrize(
+    "make_cache, message",
+    [
+        (lambda p: (p.write_text("x"), p)[1], "MINILLM_CACHE=.* is a file: expected a folder"),
+        (
+            lambda p: (p.write_text("x"), p / "sub")[1],
+            r"cannot write a checkpoint into the cache folder .*sub \(Not a directory\): "
+            "point MINILLM_CACHE at a writable folder",
+        ),
+    ],
+)
+def test_minillm_cache_that_is_not_a_folder_is_a_clear_error(
+    tmp_path, monkeypatch, capsys, make_cache, message
+):
     from minillm.cli import main
 
     monkeypatch.delenv("MINILLM_MODEL", raising=False)
@@ -273,7 +350,8 @@ def test_minillm_cache_that_is_not_a_folder_is_a_clear_error(tmp_path, monkeypat
 
 @pytest.fixture
 def doctor_on(tmp_path, monkeypatch, capsys):
-    """Run `python -m minillm doctor` on a copy of a small generated checkpoint damaged by `damage`."""
+    """Run `python -m minillm doctor` on a copy of a small generated checkpoint damaged by
+    `damage`."""
     from minillm.cli import main
 
     def run(damage=None):
@@ -293,13 +371,28 @@ def flip_a_byte(f):
     f.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage, code, words", [
-    (None, 0, r"weights OK: 0.0M parameters from 1 file\(s\)"),
-    (flip_a_byte, 1, r"model is damaged \(model.safetensors has changed since it was generated \(its SHA-256 differs\)\)"),
-    (lambda f: f.write_bytes(f.read_bytes()[:-1000]), 1, r"model.safetensors has 166,184 bytes, expected 167,184"),
-    (lambda f: (f.parent / MANIFEST).unlink() or f.write_bytes(f.read_bytes()[:-1000]), 1,
-     "the weights do not load: .*model.safetensors is truncated or padded"),
-])
+@pytest.mark.parametrize(
+    "damage, code, words",
+    [
+        (None, 0, r"weights OK: 0.0M parameters from 1 file\(s\)"),
+        (
+            flip_a_byte,
+            1,
+            r"model is damaged \(model.safetensors has changed since it was generated \(its "
+            r"SHA-256 differs\)\)",
+        ),
+        (
+            lambda f: f.write_bytes(f.read_bytes()[:-1000]),
+            1,
+            r"model.safetensors has 166,184 bytes, expected 167,184",
+        ),
+        (
+            lambda f: (f.parent / MANIFEST).unlink() or f.write_bytes(f.read_bytes()[:-1000]),
+            1,
+            "the weights do not load: .*model.safetensors is truncated or padded",
+        ),
+    ],
+)
 def test_doctor_verifies_the_weights_it_would_load(doctor_on, damage, code, words):
     import re
 

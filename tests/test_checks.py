@@ -1,4 +1,5 @@
-"""checks/mixed_batch.py: the chapter's mixed-batch parity check, its thresholds, its table and `python -m minillm check`."""
+"""checks/mixed_batch.py: the chapter's mixed-batch parity check, its thresholds, its table and
+`python -m minillm check`."""
 
 import pytest
 import torch
@@ -21,8 +22,15 @@ def cpu_rows(ckpt):
 
 def test_check_covers_prefill_decode_and_chunked_prefill(cpu_rows):
     assert [(r["request"], r["step"], r["phase"]) for r in cpu_rows] == [
-        ("A", 1, "prefill"), ("B", 1, "prefill"), ("A", 2, "decode"), ("B", 2, "decode"), ("C", 2, "chunked prefill")]
-    assert cpu_rows[4]["positions"].startswith("10..")  # C's second chunk starts after the 10 tokens of step 1
+        ("A", 1, "prefill"),
+        ("B", 1, "prefill"),
+        ("A", 2, "decode"),
+        ("B", 2, "decode"),
+        ("C", 2, "chunked prefill"),
+    ]
+    assert cpu_rows[4]["positions"].startswith(
+        "10.."
+    )  # C's second chunk starts after the 10 tokens of step 1
 
 
 def test_fp32_cpu_matches_both_references(cpu_rows):
@@ -34,7 +42,9 @@ def test_fp32_cpu_matches_both_references(cpu_rows):
 def test_bf16_on_cpu_is_within_its_stated_threshold(ckpt):
     rows = mixed_batch_check(ckpt, device="cpu", dtype=torch.bfloat16)
     for r in rows:
-        assert 0 < r["err_vs_minillm"] < r["threshold"], r  # low precision is not exact, but close
+        assert 0 < r["err_vs_minillm"] < r["threshold"], (
+            r
+        )  # low precision is not exact, but close
     assert all(r["ok"] for r in rows)
 
 
@@ -47,16 +57,23 @@ def test_low_precision_threshold_scales_with_the_logits():
 
 
 def test_bf16_threshold_still_catches_a_batching_bug(ckpt):
-    """A decode at the wrong position (off by one) must fail the bf16 threshold, or the check proves nothing."""
+    """A decode at the wrong position (off by one) must fail the bf16 threshold, or the check
+    proves nothing."""
     reference = Transformer.from_pretrained(ckpt)
     model = Transformer.from_pretrained(ckpt, dtype=torch.bfloat16)
     cfg, ids, table = model.cfg, list(range(3, 40, 2)), [1, 2, 3, 4, 5, 6]
-    runner = ModelRunner(model, PagedKVCache(cfg.num_hidden_layers, 8, 4, cfg.num_key_value_heads, cfg.hd,
-                                             torch.bfloat16))
+    runner = ModelRunner(
+        model,
+        PagedKVCache(
+            cfg.num_hidden_layers, 8, 4, cfg.num_key_value_heads, cfg.hd, torch.bfloat16
+        ),
+    )
     runner.forward(build_batch([(ids, 0, table, False)], 4))
     wrong = runner.forward(build_batch([([77], len(ids) - 1, table, True)], 4))[0].float()
     want = reference(torch.tensor([ids + [77]]))[0, -1]
-    assert (wrong - want).abs().max().item() > threshold_for(torch.bfloat16, want.abs().max().item())
+    assert (wrong - want).abs().max().item() > threshold_for(
+        torch.bfloat16, want.abs().max().item()
+    )
 
 
 def test_table_reports_failure(capsys, cpu_rows):
@@ -88,7 +105,9 @@ def test_check_passes_on_cuda(ckpt, dtype):
 def test_cli_check_rejects_unknown_dtype_and_missing_cuda(monkeypatch, capsys):
     from minillm.cli import main
 
-    with pytest.raises(SystemExit) as exit_:  # argparse rejects it before any work (exit status 2)
+    with pytest.raises(
+        SystemExit
+    ) as exit_:  # argparse rejects it before any work (exit status 2)
         main(["check", "--dtype", "float64"])
     assert exit_.value.code == 2
     assert "expected float32, bfloat16 or float16" in capsys.readouterr().err

@@ -1,7 +1,8 @@
-"""Streaming text never shows half a character: an emoji and rare CJK characters split across Qwen3 tokens.
+"""Streaming text never shows half a character: an emoji and rare CJK characters split across
+Qwen3 tokens.
 
-Uses the real Qwen3 tokenizer of the default model. In its byte-level vocabulary "🦜" is two tokens,
-"龘" two and "𪚥" three, and each piece alone decodes to "�".
+Uses the real Qwen3 tokenizer of the default model. In its byte-level vocabulary "🦜" is two
+tokens, "龘" two and "𪚥" three, and each piece alone decodes to "�".
 """
 
 import pytest
@@ -32,11 +33,12 @@ def test_these_characters_really_are_split_across_tokens(tok):
 
 
 def shown_by_the_old_delta(tok, ids):
-    """What `text[len(shown):]` streamed: the replacement char, then nothing once the character completed."""
+    """What `text[len(shown):]` streamed: the replacement char, then nothing once the character
+    completed."""
     shown, out = "", []
     for n in range(1, len(ids) + 1):
         text = tok.decode(ids[:n])
-        out.append(text[len(shown):])
+        out.append(text[len(shown) :])
         shown = text
     return out
 
@@ -67,10 +69,17 @@ def test_bytes_that_never_complete_are_released_at_the_end(tok):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["a", " b", "🦜", "龘", "𪚥", "é", "\n", "🫠", "x"]), min_size=1, max_size=12),
-       st.randoms(use_true_random=False))
+@given(
+    st.lists(
+        st.sampled_from(["a", " b", "🦜", "龘", "𪚥", "é", "\n", "🫠", "x"]),
+        min_size=1,
+        max_size=12,
+    ),
+    st.randoms(use_true_random=False),
+)
 def test_any_token_stream_adds_up_to_decode(tok, pieces, rng):
-    """Whatever the tokens (here also shuffled, so byte pieces land in odd orders), the deltas plus
+    """Whatever the tokens (here also shuffled, so byte pieces land in odd orders), the deltas
+    plus
     the final flush equal decoding the whole list, and no delta but the flush contains "�"."""
     ids = [i for p in pieces for i in tok(p).input_ids]
     if rng.random() < 0.5:
@@ -94,7 +103,9 @@ def test_engine_stream_sends_the_emoji_and_cjk_whole(tiny_default_path, tok, mon
     monkeypatch.setattr(engine_module, "sample", scripted)
     engine = LLMEngine(Transformer.from_pretrained(tiny_default_path), tokenizer=tok)
     deltas = []
-    for rid, token, delta in engine.stream(["Say it:", "And again:"], SamplingParams(max_tokens=len(script))):
+    for rid, token, delta in engine.stream(
+        ["Say it:", "And again:"], SamplingParams(max_tokens=len(script))
+    ):
         produced.setdefault(rid, []).append(token)
         deltas.append((rid, delta))
     for rid in produced:

@@ -1,4 +1,5 @@
-"""The engine end to end: batched greedy output equals one-at-a-time generation token by token."""
+"""The engine end to end: batched greedy output equals one-at-a-time generation token by
+token."""
 
 import random
 
@@ -16,7 +17,8 @@ VOCAB = 512
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """The small model's ops are too small to split across threads; one thread avoids OpenMP stalls on shared cores."""
+    """The small model's ops are too small to split across threads; one thread avoids OpenMP
+    stalls on shared cores."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -45,36 +47,62 @@ def reference(model):
 
 def random_workload(seed, n_min=5, n_max=30):
     rng = random.Random(seed)
-    return [([rng.randrange(VOCAB) for _ in range(rng.randint(1, 40))], rng.randint(1, 16))
-            for _ in range(rng.randint(n_min, n_max))]
+    return [
+        ([rng.randrange(VOCAB) for _ in range(rng.randint(1, 40))], rng.randint(1, 16))
+        for _ in range(rng.randint(n_min, n_max))
+    ]
 
 
 @settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 10_000), block_size=st.sampled_from([2, 4, 16]), num_blocks=st.integers(4, 40),
-       budget=st.integers(4, 64), max_seqs=st.integers(1, 12))
-def test_batched_greedy_equals_one_at_a_time(model, reference, seed, block_size, num_blocks, budget, max_seqs):
+@given(
+    seed=st.integers(0, 10_000),
+    block_size=st.sampled_from([2, 4, 16]),
+    num_blocks=st.integers(4, 40),
+    budget=st.integers(4, 64),
+    max_seqs=st.integers(1, 12),
+)
+def test_batched_greedy_equals_one_at_a_time(
+    model, reference, seed, block_size, num_blocks, budget, max_seqs
+):
     work = random_workload(seed)
     need = max(-(-(len(p) + m - 1) // block_size) for p, m in work)
-    engine = LLMEngine(model, block_size=block_size, num_blocks=max(num_blocks, need),
-                       max_num_batched_tokens=budget, max_num_seqs=max_seqs)
+    engine = LLMEngine(
+        model,
+        block_size=block_size,
+        num_blocks=max(num_blocks, need),
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_seqs,
+    )
     order = list(range(len(work)))
     random.Random(seed).shuffle(order)  # random arrival order
-    ids = {engine.add_request(work[i][0], SamplingParams(max_tokens=work[i][1])): i for i in order}
+    ids = {
+        engine.add_request(work[i][0], SamplingParams(max_tokens=work[i][1])): i for i in order
+    }
     done = []
     while engine.has_unfinished():
         done += [ev.output for ev in engine.step() if ev.output is not None]
-    assert sorted(o.request_id for o in done) == sorted(ids), "every request finishes exactly once"
+    assert sorted(o.request_id for o in done) == sorted(ids), (
+        "every request finishes exactly once"
+    )
     for o in done:
         prompt, max_tokens = work[ids[o.request_id]]
-        assert o.token_ids == reference(prompt, max_tokens), f"request {o.request_id} differs from one-at-a-time"
+        assert o.token_ids == reference(prompt, max_tokens), (
+            f"request {o.request_id} differs from one-at-a-time"
+        )
         assert o.finish_reason == "length"
 
 
 def test_tiny_pool_preempts_and_still_matches(model, reference):
     work = random_workload(3, n_min=12, n_max=12)
-    engine = LLMEngine(model, block_size=4, num_blocks=16, max_num_batched_tokens=64, max_num_seqs=12)
-    outs = engine.generate([p for p, _ in work], [SamplingParams(max_tokens=m) for _, m in work])
-    assert sum(o.num_preemptions for o in outs) > 0, "the pool is meant to be too small for all at once"
+    engine = LLMEngine(
+        model, block_size=4, num_blocks=16, max_num_batched_tokens=64, max_num_seqs=12
+    )
+    outs = engine.generate(
+        [p for p, _ in work], [SamplingParams(max_tokens=m) for _, m in work]
+    )
+    assert sum(o.num_preemptions for o in outs) > 0, (
+        "the pool is meant to be too small for all at once"
+    )
     assert [o.token_ids for o in outs] == [reference(p, m) for p, m in work]
 
 
@@ -83,7 +111,9 @@ def test_seeded_sampling_is_the_same_alone_and_in_a_batch(model):
     alone = LLMEngine(model).generate([[5, 6, 7, 8]], sp)[0].token_ids
     crowd = [[9, 10], [11] * 30, [5, 6, 7, 8], [100, 200, 300]]
     mixed = [SamplingParams(max_tokens=8, temperature=0.8, seed=i) for i in range(3)]
-    together = LLMEngine(model, max_num_batched_tokens=16).generate(crowd, mixed[:2] + [sp] + mixed[2:])
+    together = LLMEngine(model, max_num_batched_tokens=16).generate(
+        crowd, mixed[:2] + [sp] + mixed[2:]
+    )
     assert together[2].token_ids == alone
     assert len(set(alone)) > 1, "a sampled sequence should not be constant"
 
@@ -96,14 +126,19 @@ def test_unseeded_requests_follow_the_engine_seed(model):
     assert a[0].token_ids != a[1].token_ids, "two requests get two different seeds"
 
 
-@pytest.mark.parametrize("prompt, params, rid, words", [
-    ([], SamplingParams(), None, "empty prompt"),
-    ([1] * 60, SamplingParams(max_tokens=10), None, "beyond the model's context of 64"),
-    ([1, 2], SamplingParams(), "keep", "'keep' was already submitted"),
-    ([1, VOCAB], SamplingParams(), None, f"token id {VOCAB}"),
-    ("text", SamplingParams(), None, "no tokenizer"),
-])
-def test_bad_request_is_rejected_without_disturbing_others(model, reference, prompt, params, rid, words):
+@pytest.mark.parametrize(
+    "prompt, params, rid, words",
+    [
+        ([], SamplingParams(), None, "empty prompt"),
+        ([1] * 60, SamplingParams(max_tokens=10), None, "beyond the model's context of 64"),
+        ([1, 2], SamplingParams(), "keep", "'keep' was already submitted"),
+        ([1, VOCAB], SamplingParams(), None, f"token id {VOCAB}"),
+        ("text", SamplingParams(), None, "no tokenizer"),
+    ],
+)
+def test_bad_request_is_rejected_without_disturbing_others(
+    model, reference, prompt, params, rid, words
+):
     engine = LLMEngine(model, max_model_len=64, max_num_batched_tokens=8)
     engine.add_request([3, 4, 5, 6, 7], SamplingParams(max_tokens=6), request_id="keep")
     engine.step()  # "keep" is mid-flight
@@ -112,7 +147,9 @@ def test_bad_request_is_rejected_without_disturbing_others(model, reference, pro
     outs = []
     while engine.has_unfinished():
         outs += [ev.output for ev in engine.step() if ev.output is not None]
-    assert [(o.request_id, o.token_ids) for o in outs] == [("keep", reference([3, 4, 5, 6, 7], 6))]
+    assert [(o.request_id, o.token_ids) for o in outs] == [
+        ("keep", reference([3, 4, 5, 6, 7], 6))
+    ]
 
 
 def test_generate_with_one_bad_prompt_queues_nothing(model):
@@ -124,8 +161,10 @@ def test_generate_with_one_bad_prompt_queues_nothing(model):
 
 def test_stop_token_ends_the_request(model, reference):
     full = reference([7, 8, 9], 8)
-    out = LLMEngine(model).generate([[7, 8, 9]], SamplingParams(max_tokens=8, stop_token_ids=[full[2]]))[0]
-    assert out.token_ids == full[:full.index(full[2]) + 1] and out.finish_reason == "stop"
+    out = LLMEngine(model).generate(
+        [[7, 8, 9]], SamplingParams(max_tokens=8, stop_token_ids=[full[2]])
+    )[0]
+    assert out.token_ids == full[: full.index(full[2]) + 1] and out.finish_reason == "stop"
 
 
 def test_stream_yields_the_tokens_generate_returns(model, reference):
@@ -161,7 +200,9 @@ def test_bench_quick_run_saves_a_table(tmp_path, capsys):
     assert main(["--quick", "--no-hf", "--save", str(out)]) == 0
     result = json.loads(out.read_text())
     assert [r["concurrency"] for r in result["rows"]] == [1, 2, 4]
-    assert result["one_at_a_time_tokens_per_s"] > 0 and result["single_request_latency_ratio"] > 0
+    assert (
+        result["one_at_a_time_tokens_per_s"] > 0 and result["single_request_latency_ratio"] > 0
+    )
     assert "single-request latency" in capsys.readouterr().out
 
 
@@ -182,8 +223,12 @@ def test_batched_greedy_equals_one_at_a_time_on_cuda(model):
     gpu = model.to("cuda")
     try:
         work = random_workload(11, n_min=8, n_max=8)
-        engine = LLMEngine(gpu, block_size=4, num_blocks=24, max_num_batched_tokens=32, max_num_seqs=6)
-        outs = engine.generate([p for p, _ in work], [SamplingParams(max_tokens=m) for _, m in work])
+        engine = LLMEngine(
+            gpu, block_size=4, num_blocks=24, max_num_batched_tokens=32, max_num_seqs=6
+        )
+        outs = engine.generate(
+            [p for p, _ in work], [SamplingParams(max_tokens=m) for _, m in work]
+        )
         assert [o.token_ids for o in outs] == [generate(gpu, p, m) for p, m in work]
     finally:
         model.to("cpu")

@@ -1,7 +1,8 @@
-"""The packages' imports flow one way: no module of minillm/ or practice/ imports itself in a circle.
+"""The packages' imports flow one way: no module of minillm/ or practice/ imports itself in a
+circle.
 
-Every import counts, at the top of a file or inside a function: a lazy import only hides a cycle from
-Python's loader, not from a reader who follows it. A package counts as its `__init__.py`; a
+Every import counts, at the top of a file or inside a function: a lazy import only hides a cycle
+from Python's loader, not from a reader who follows it. A package counts as its `__init__.py`; a
 submodule's implicit import of its package's `__init__` does not count.
 """
 
@@ -34,7 +35,8 @@ def project_modules() -> dict[str, Path]:
 
 
 def imported_names(path: Path, name: str, is_package: bool) -> set[str]:
-    """Every module name that `path` imports, resolved to absolute names (relative imports included)."""
+    """Every module name that `path` imports, resolved to absolute names (relative imports
+    included)."""
     names = set()
     package = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -47,7 +49,9 @@ def imported_names(path: Path, name: str, is_package: bool) -> set[str]:
             else:
                 base = node.module
             names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+            names.update(
+                f"{base}.{alias.name}" for alias in node.names
+            )  # `from pkg import module`
     return names
 
 
@@ -58,8 +62,12 @@ def import_graph() -> dict[str, set[str]]:
         targets = set()
         folder = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for imported in imported_names(path, name, path.name == "__init__.py"):
-            # the judge's scripts import their neighbours by bare name (their folder is on sys.path)
-            if imported.split(".")[0] not in PACKAGES and f"{folder}.{imported.split('.')[0]}" in modules:
+            # the judge's scripts import their neighbours by bare name (their folder is on
+            # sys.path)
+            if (
+                imported.split(".")[0] not in PACKAGES
+                and f"{folder}.{imported.split('.')[0]}" in modules
+            ):
                 imported = f"{folder}.{imported}"
             while imported and imported not in modules:  # `a.b.func` -> the module `a.b`
                 imported = imported.rpartition(".")[0]

@@ -1,12 +1,14 @@
-"""The JupyterLab path: chapters opened, run and played with in a real JupyterLab, in headless Chromium.
+"""The JupyterLab path: chapters opened, run and played with in a real JupyterLab, in headless
+Chromium.
 
-nbval runs every notebook, but never opens JupyterLab. Here JupyterLab runs on 127.0.0.1 (a free port,
-a token) over a copy of notebooks/ in a temporary folder, with its own settings (no autosave, no news),
-so nothing in the repository is written. Chromium (Debian's, driven by Playwright, like the site
-test) opens a chapter as a reader would: untrusted, so the widget cells show their pictures; then Run
-All, no error outputs, and the widgets must be live controls that redraw when changed. A missing or
-disabled widget extension, or a widget that stops updating, fails here. JupyterLab is stopped by its
-PID. Screenshots go to test-artifacts/lab/. MINILLM_SKIP_BROWSER=1 skips these checks on purpose.
+nbval runs every notebook, but never opens JupyterLab. Here JupyterLab runs on 127.0.0.1 (a free
+port, a token) over a copy of notebooks/ in a temporary folder, with its own settings (no
+autosave, no news), so nothing in the repository is written. Chromium (Debian's, driven by
+Playwright, like the site test) opens a chapter as a reader would: untrusted, so the widget
+cells show their pictures; then Run All, no error outputs, and the widgets must be live controls
+that redraw when changed. A missing or disabled widget extension, or a widget that stops
+updating, fails here. JupyterLab is stopped by its PID. Screenshots go to test-artifacts/lab/.
+MINILLM_SKIP_BROWSER=1 skips these checks on purpose.
 """
 
 from __future__ import annotations
@@ -30,16 +32,31 @@ from minillm.notebook.widgets import padding_waste, slot_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # as the site test
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]  # as the site test
 SHOTS = ROOT / "test-artifacts" / "lab"
-RUN_ALL_TIMEOUT_MS = 240_000  # a chapter takes ~10 s alone; the shared CI box can be much slower
-SETTINGS = {  # JupyterLab user settings for the test: never write the copy back, never ask about news
+RUN_ALL_TIMEOUT_MS = (
+    240_000  # a chapter takes ~10 s alone; the shared CI box can be much slower
+)
+# JupyterLab user settings for the test: never write the copy back, never ask about news
+SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                         "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
 }
-WIDGET_HELP = "is the jupyterlab_widgets extension installed and enabled (jupyter labextension list)?"
+WIDGET_HELP = (
+    "is the jupyterlab_widgets extension installed and enabled (jupyter labextension list)?"
+)
 
 
 def free_port() -> int:
@@ -50,22 +67,40 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """(base URL, token) of a JupyterLab serving a copy of the chapters; stopped by its PID afterwards."""
+    """(base URL, token) of a JupyterLab serving a copy of the chapters; stopped by its PID
+    afterwards."""
     if os.environ.get("MINILLM_SKIP_BROWSER") == "1":
-        pytest.skip("MINILLM_SKIP_BROWSER=1: the JupyterLab browser checks are skipped on purpose")
+        pytest.skip(
+            "MINILLM_SKIP_BROWSER=1: the JupyterLab browser checks are skipped on purpose"
+        )
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} not found: install Debian's chromium, or set MINILLM_SKIP_BROWSER=1")
+        pytest.fail(
+            f"{CHROMIUM} not found: install Debian's chromium, or set MINILLM_SKIP_BROWSER=1"
+        )
     home = tmp_path_factory.mktemp("lab")
     shutil.copytree(ROOT / "notebooks", home / "notebooks")
     for name, values in SETTINGS.items():
         (home / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (home / "settings" / name).write_text(json.dumps(values))
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), JUPYTER_RUNTIME_DIR=str(home / "runtime"))
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+    )
     port, token = free_port(), secrets.token_hex(16)
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={home}",
-               "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: read the notebook model, not pixels
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={home}",
+        "--LabApp.expose_app_in_browser=True",
+    ]  # window.jupyterapp: read the notebook model, not pixels
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # CI containers run as root
     log = (home / "jupyterlab.log").open("w")
@@ -75,7 +110,10 @@ def lab(tmp_path_factory):
         deadline = time.monotonic() + 60
         while True:
             if server.poll() is not None:
-                pytest.fail(f"JupyterLab exited with {server.returncode}:\n{(home / 'jupyterlab.log').read_text()[-3000:]}")
+                pytest.fail(
+                    "JupyterLab exited with "
+                    f"{server.returncode}:\n{(home / 'jupyterlab.log').read_text()[-3000:]}"
+                )
             try:
                 urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
                 break
@@ -100,8 +138,12 @@ def browser(lab, tmp_path_factory):
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-            headless=True, viewport={"width": 1280, "height": 900})
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 900},
+        )
         yield context
         context.close()
 
@@ -116,17 +158,24 @@ PANEL = "jupyterapp.shell.currentWidget"
 
 
 def open_chapter(browser, lab, name: str):
-    """A new tab with the chapter open in JupyterLab and its kernel idle; the tab is closed afterwards by the test."""
+    """A new tab with the chapter open in JupyterLab and its kernel idle; the tab is closed
+    afterwards by the test."""
     base, token = lab
     page = browser.new_page()
     page.goto(f"{base}/lab/tree/notebooks/{name}.ipynb?reset&token={token}")
-    page.wait_for_function(f"() => window.jupyterapp && {PANEL} && {PANEL}.context && {PANEL}.context.path"
-                           f" && {PANEL}.context.path.endsWith('{name}.ipynb') && {PANEL}.sessionContext.session"
-                           f" && {PANEL}.sessionContext.session.kernel"
-                           f" && {PANEL}.sessionContext.session.kernel.status === 'idle'", timeout=90_000)
+    page.wait_for_function(
+        f"() => window.jupyterapp && {PANEL} && {PANEL}.context && {PANEL}.context.path"
+        f" && {PANEL}.context.path.endsWith('{name}.ipynb') && {PANEL}.sessionContext.session"
+        f" && {PANEL}.sessionContext.session.kernel"
+        f" && {PANEL}.sessionContext.session.kernel.status === 'idle'",
+        timeout=90_000,
+    )
     # the kernel's spec and language info reach the notebook's metadata after it starts
-    page.evaluate(f"async () => {{ const k = {PANEL}.sessionContext.session.kernel; await k.info; await k.spec;"
-                  " await new Promise(r => setTimeout(r, 1000)); }")
+    page.evaluate(
+        "async () => "
+        f"{{ const k = {PANEL}.sessionContext.session.kernel; await k.info; await k.spec;"
+        " await new Promise(r => setTimeout(r, 1000)); }"
+    )
     return page
 
 
@@ -135,36 +184,51 @@ def is_dirty(page) -> bool:
 
 
 def run_all(page) -> list:
-    """Run > Run All Cells, as a reader does; wait until every code cell ran; return the error outputs."""
+    """Run > Run All Cells, as a reader does; wait until every code cell ran; return the error
+    outputs."""
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
     page.wait_for_function(
         f"() => {{ const m = {PANEL}.content.model; for (let i = 0; i < m.cells.length; i++) {{"
-        " const c = m.cells.get(i); if (c.type === 'code' && c.executionCount === null) return false; }"
-        f" return {PANEL}.sessionContext.session.kernel.status === 'idle'; }}", timeout=RUN_ALL_TIMEOUT_MS)
+        " const c = m.cells.get(i); if (c.type === 'code' && c.executionCount === null) "
+        "return false; }"
+        f" return {PANEL}.sessionContext.session.kernel.status === 'idle'; }}",
+        timeout=RUN_ALL_TIMEOUT_MS,
+    )
     return page.evaluate(
-        f"() => {{ const m = {PANEL}.content.model, errors = []; for (let i = 0; i < m.cells.length; i++) {{"
+        "() => "
+        f"{{ const m = {PANEL}.content.model, errors = []; for (let i = 0; i < m.cells.length; i++) {{"
         " const c = m.cells.get(i); if (c.type !== 'code') continue;"
-        " for (const o of c.outputs.toJSON()) if (o.output_type === 'error') errors.push([i, o.ename, o.evalue]); }"
-        " return errors; }")
+        " for (const o of c.outputs.toJSON()) if (o.output_type === 'error') errors.push([i, "
+        "o.ename, o.evalue]); }"
+        " return errors; }"
+    )
 
 
 def widget_cell(page, needle: str):
-    cell = page.locator(".jp-CodeCell").filter(has=page.locator(".jp-InputArea", has_text=needle))
-    cell.first.wait_for(state="attached", timeout=60_000)  # JupyterLab renders a long notebook's cells in batches
+    cell = page.locator(".jp-CodeCell").filter(
+        has=page.locator(".jp-InputArea", has_text=needle)
+    )
+    cell.first.wait_for(
+        state="attached", timeout=60_000
+    )  # JupyterLab renders a long notebook's cells in batches
     assert cell.count() == 1, f"expected one cell with {needle!r}, found {cell.count()}"
     cell.scroll_into_view_if_needed()
     return cell
 
 
 def live_widget(cell, controls: str):
-    """The widget's root, once its controls rendered; a clear failure if the cell shows anything else."""
+    """The widget's root, once its controls rendered; a clear failure if the cell shows anything
+    else."""
     root = cell.locator(".jp-OutputArea-output .widget-vbox").first
     try:
         root.locator(controls).first.wait_for(state="visible", timeout=30_000)
     except Exception:
         shown = cell.locator(".jp-OutputArea-output").first.inner_html()[:300]
-        pytest.fail(f"no live widget controls ({controls}) rendered; the output shows: {shown!r}; {WIDGET_HELP}")
+        pytest.fail(
+            f"no live widget controls ({controls}) rendered; the output shows: {shown!r}; "
+            f"{WIDGET_HELP}"
+        )
     return root
 
 
@@ -192,29 +256,40 @@ def wait_for_line(root, expected: str, timeout: float = 30.0) -> None:
         if line == expected:
             return
         time.sleep(0.2)
-    shown = re.sub(r'src="data:[^"]*"', 'src="data:..."', root.locator(".widget-output").first.inner_html())
-    pytest.fail(f"the widget's line is {line!r}, expected {expected!r}: the widget stopped updating. "
-                f"Its output area holds: {shown[:1500]}")
+    shown = re.sub(
+        r'src="data:[^"]*"', 'src="data:..."', root.locator(".widget-output").first.inner_html()
+    )
+    pytest.fail(
+        f"the widget's line is {line!r}, expected {expected!r}: the widget stopped updating. "
+        f"Its output area holds: {shown[:1500]}"
+    )
 
 
 def cut_labels(root) -> list[str]:
     """The visible labels whose text does not fit (drawn as "request …").
 
-    scrollWidth alone misses them: chapter 5's old "request 10" was 70.09 px of text in a 70 px label,
-    drawn with an ellipsis while scrollWidth == clientWidth == 70. So the laid-out width of the text
-    (a Range over it, in layout units of 1/64 px) is compared with the room inside the label's padding.
+    scrollWidth alone misses them: chapter 5's old "request 10" was 70.09 px of text in a 70 px
+    label, drawn with an ellipsis while scrollWidth == clientWidth == 70. So the laid-out width
+    of the text (a Range over it, in layout units of 1/64 px) is compared with the room inside
+    the label's padding.
     """
     return root.locator(".widget-label:visible").evaluate_all(
-        "labels => labels.filter(l => { const s = getComputedStyle(l), r = document.createRange();"
+        "labels => labels.filter(l => { const s = getComputedStyle(l), r = "
+        "document.createRange();"
         " r.selectNodeContents(l);"
         " const room = l.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);"
-        " return l.scrollWidth > l.clientWidth || r.getBoundingClientRect().width > room + 0.01; })"
-        ".map(l => l.textContent)")
+        " return l.scrollWidth > l.clientWidth || r.getBoundingClientRect().width > room + "
+        "0.01; })"
+        ".map(l => l.textContent)"
+    )
 
 
 def test_chapter_5_opens_clean_runs_and_its_widget_redraws(browser, lab):
     page = open_chapter(browser, lab, "05_varlen_batching")
-    assert not is_dirty(page), "opening the chapter modified it: its kernel metadata differs from what JupyterLab writes"
+    assert not is_dirty(page), (
+        "opening the chapter modified it: its kernel metadata differs from what JupyterLab "
+        "writes"
+    )
     cell = widget_cell(page, "padding_waste_widget(query_lens)")
     before = cell.locator(".jp-OutputArea-output")
     assert before.locator("img").count() == 1, "the untrusted widget cell shows no picture"
@@ -226,10 +301,14 @@ def test_chapter_5_opens_clean_runs_and_its_widget_redraws(browser, lab):
     cell.scroll_into_view_if_needed()  # Run All leaves the view at the last cell
     root = live_widget(cell, "select")
     chapter = [2000, 512, 1, 1, 1, 1, 1, 1]
-    wait_for_line(root, padding_waste(chapter).summary())  # "... 84% of the padded work is padding"
+    wait_for_line(
+        root, padding_waste(chapter).summary()
+    )  # "... 84% of the padded work is padding"
     src = figure_src(root)
     root.locator(".widget-dropdown select").select_option(label="all decode")
-    wait_for_line(root, padding_waste([1] * 8).summary())  # "... 0% of the padded work is padding"
+    wait_for_line(
+        root, padding_waste([1] * 8).summary()
+    )  # "... 0% of the padded work is padding"
     assert figure_src(root) != src, "the figure was not redrawn"
     request_1 = root.locator(".widget-text input").first
     request_1.fill("9")
@@ -250,9 +329,14 @@ def test_chapter_5_opens_clean_runs_and_its_widget_redraws(browser, lab):
 
 def test_chapter_3_slots_slider_redraws_the_memory_bar(browser, lab):
     page = open_chapter(browser, lab, "03_kv_slots")
-    assert not is_dirty(page), "opening the chapter modified it: its kernel metadata differs from what JupyterLab writes"
+    assert not is_dirty(page), (
+        "opening the chapter modified it: its kernel metadata differs from what JupyterLab "
+        "writes"
+    )
     cell = widget_cell(page, "slot_memory_widget(")
-    assert cell.locator(".jp-OutputArea-output img").count() == 1, "the untrusted widget cell shows no picture"
+    assert cell.locator(".jp-OutputArea-output img").count() == 1, (
+        "the untrusted widget cell shows no picture"
+    )
     shot(cell, "03-widget-cell-untrusted")
     assert not is_dirty(page), "the chapter turned modified while it sat open"
 
@@ -266,7 +350,9 @@ def test_chapter_3_slots_slider_redraws_the_memory_bar(browser, lab):
     handle = root.locator(".widget-slider .noUi-handle").first  # slots: 4 -> 5
     handle.focus()
     handle.press("ArrowRight")
-    wait_for_line(root, slot_memory("27B-class, TP2", 5, 65_536).summary())  # the figure's title, and its verdict
+    wait_for_line(
+        root, slot_memory("27B-class, TP2", 5, 65_536).summary()
+    )  # the figure's title, and its verdict
     assert figure_src(root) != src, "the figure was not redrawn"
     assert cut_labels(root) == [], "labels cut short"
     shot(root, "03-widget-5-slots")

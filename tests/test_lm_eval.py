@@ -1,8 +1,10 @@
-"""EleutherAI's lm-evaluation-harness (`lm-eval`, its `local-completions` model) against the server:
-a multiple-choice task (loglikelihood: echo + prompt logprobs, several token-id prompts per request)
-and a generation task (16 string prompts per request), both on small local JSONL files, offline,
-with the remote tokenizer (/tokenizer_info, /tokenize, /detokenize). On random weights the scores mean
-nothing; the runs must finish, with one well-formed answer per request."""
+"""EleutherAI's lm-evaluation-harness (`lm-eval`, its `local-completions` model) against the
+server:
+a multiple-choice task (loglikelihood: echo + prompt logprobs, several token-id prompts per
+request) and a generation task (16 string prompts per request), both on small local JSONL
+files, offline, with the remote tokenizer (/tokenizer_info, /tokenize, /detokenize). On
+random weights the scores mean nothing; the runs must finish, with one well-formed answer per
+request."""
 
 from __future__ import annotations
 
@@ -15,9 +17,14 @@ import pytest
 
 from minillm.bench.server_process import LaunchedServer
 
-MC = [("Which is a colour?", ["red", "seven", "dog"], 0), ("Which is a number?", ["blue", "three", "cat"], 1),
-      ("Which is an animal?", ["green", "two", "horse"], 2), ("Which is a day?", ["Monday", "salt", "rain"], 0),
-      ("Which is a fruit?", ["stone", "apple", "chair"], 1), ("Which is a month?", ["bread", "car", "May"], 2)]
+MC = [
+    ("Which is a colour?", ["red", "seven", "dog"], 0),
+    ("Which is a number?", ["blue", "three", "cat"], 1),
+    ("Which is an animal?", ["green", "two", "horse"], 2),
+    ("Which is a day?", ["Monday", "salt", "rain"], 0),
+    ("Which is a fruit?", ["stone", "apple", "chair"], 1),
+    ("Which is a month?", ["bread", "car", "May"], 2),
+]
 
 TASKS = """
 task: {name}
@@ -27,14 +34,19 @@ dataset_kwargs:
     test: {path}
 test_split: test
 """
-MC_TASK = TASKS + """output_type: multiple_choice
+MC_TASK = (
+    TASKS
+    + """output_type: multiple_choice
 doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
 doc_to_choice: "{{{{choices}}}}"
 doc_to_target: answer
 metric_list:
   - metric: acc
 """
-GEN_TASK = TASKS + """output_type: generate_until
+)
+GEN_TASK = (
+    TASKS
+    + """output_type: generate_until
 doc_to_text: "Q: {{{{question}}}}\\nA:"
 doc_to_target: answer
 generation_kwargs:
@@ -43,28 +55,56 @@ generation_kwargs:
 metric_list:
   - metric: exact_match
 """
+)
 
 
 @pytest.mark.slow
-def test_lm_eval_local_completions_runs_a_multiple_choice_and_a_generation_task(tiny_default_path, tmp_path):
+def test_lm_eval_local_completions_runs_a_multiple_choice_and_a_generation_task(
+    tiny_default_path, tmp_path
+):
     with open(tmp_path / "mc.jsonl", "w") as f:
         for q, choices, answer in MC:
             f.write(json.dumps({"question": q, "choices": choices, "answer": answer}) + "\n")
     with open(tmp_path / "gen.jsonl", "w") as f:
         for i in range(16):
-            f.write(json.dumps({"question": f"what is {i} plus {i}?", "answer": str(2 * i)}) + "\n")
-    (tmp_path / "mc.yaml").write_text(MC_TASK.format(name="minillm_mc", path=tmp_path / "mc.jsonl"))
-    (tmp_path / "gen.yaml").write_text(GEN_TASK.format(name="minillm_gen", path=tmp_path / "gen.jsonl"))
-    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "hf"),
-               TOKENIZERS_PARALLELISM="false")
+            f.write(
+                json.dumps({"question": f"what is {i} plus {i}?", "answer": str(2 * i)}) + "\n"
+            )
+    (tmp_path / "mc.yaml").write_text(
+        MC_TASK.format(name="minillm_mc", path=tmp_path / "mc.jsonl")
+    )
+    (tmp_path / "gen.yaml").write_text(
+        GEN_TASK.format(name="minillm_gen", path=tmp_path / "gen.jsonl")
+    )
+    env = dict(
+        os.environ,
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_CACHE=str(tmp_path / "hf"),
+        TOKENIZERS_PARALLELISM="false",
+    )
     server = LaunchedServer(tiny_default_path)
     try:
         server.wait_ready(timeout=300)
-        cmd = [sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
-               f"model={tiny_default_path.name},base_url={server.url}/v1/completions,num_concurrent=1,"
-               "max_retries=1,tokenizer_backend=remote", "--tasks", "minillm_mc,minillm_gen",
-               "--include_path", str(tmp_path), "--batch_size", "16", "--output_path", str(tmp_path / "out"),
-               "--log_samples"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "local-completions",
+            "--model_args",
+            f"model={tiny_default_path.name},base_url={server.url}/v1/completions,num_concurrent=1,"
+            "max_retries=1,tokenizer_backend=remote",
+            "--tasks",
+            "minillm_mc,minillm_gen",
+            "--include_path",
+            str(tmp_path),
+            "--batch_size",
+            "16",
+            "--output_path",
+            str(tmp_path / "out"),
+            "--log_samples",
+        ]
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         log = server.output()
@@ -74,10 +114,16 @@ def test_lm_eval_local_completions_runs_a_multiple_choice_and_a_generation_task(
     res = json.loads(results.read_text())["results"]
     assert 0 <= res["minillm_mc"]["acc,none"] <= 1
     assert 0 <= res["minillm_gen"]["exact_match,none"] <= 1
-    samples = [json.loads(line) for p in (tmp_path / "out").rglob("samples_minillm_mc_*.jsonl")
-               for line in p.read_text().splitlines()]
+    samples = [
+        json.loads(line)
+        for p in (tmp_path / "out").rglob("samples_minillm_mc_*.jsonl")
+        for line in p.read_text().splitlines()
+    ]
     assert len(samples) == len(MC)
-    for s in samples:  # one finite loglikelihood per choice (lm-eval writes [loglikelihood, is_greedy] as text)
+    # one finite loglikelihood per choice (lm-eval writes [loglikelihood, is_greedy] as text)
+    for s in samples:
         assert len(s["filtered_resps"]) == 3
-        assert all(-1e4 < float(r[0]) < 0 and r[1] in ("True", "False") for r in s["filtered_resps"])
+        assert all(
+            -1e4 < float(r[0]) < 0 and r[1] in ("True", "False") for r in s["filtered_resps"]
+        )
     assert "Traceback" not in log

@@ -6,20 +6,56 @@ import torch
 from minillm.model import RMSNorm, Transformer, apply_rope, causal_attention, rope_cos_sin
 from minillm.checks.reference import hf_generate, hf_logits
 
-# Each config changes something the others do not: tied vs untied head, 1 / 2 / 4 KV heads (MQA, GQA,
-# MHA), head_dim 16 vs 32 (with heads * head_dim != hidden), 1 to 3 layers, two RoPE thetas.
+# Each config changes something the others do not: tied vs untied head, 1 / 2 / 4 KV heads (MQA,
+# GQA, MHA), head_dim 16 vs 32 (with heads * head_dim != hidden), 1 to 3 layers, two RoPE
+# thetas.
 PARITY_CONFIGS = {
-    "tied-mqa-1layer": dict(num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
-                            hidden_size=32, tie_word_embeddings=True),
-    "untied-gqa-2layers": dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                               hidden_size=48, intermediate_size=96, tie_word_embeddings=False),
-    "tied-mha-3layers": dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, head_dim=16,
-                             hidden_size=64, intermediate_size=128, tie_word_embeddings=True),
-    "untied-8q4kv-theta1e4": dict(num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
-                                  hidden_size=64, intermediate_size=160, tie_word_embeddings=False,
-                                  rope_theta=10_000.0),
-    "tied-4q2kv-eps1e5": dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                              hidden_size=96, intermediate_size=64, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "tied-mqa-1layer": dict(
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        hidden_size=32,
+        tie_word_embeddings=True,
+    ),
+    "untied-gqa-2layers": dict(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        hidden_size=48,
+        intermediate_size=96,
+        tie_word_embeddings=False,
+    ),
+    "tied-mha-3layers": dict(
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=16,
+        hidden_size=64,
+        intermediate_size=128,
+        tie_word_embeddings=True,
+    ),
+    "untied-8q4kv-theta1e4": dict(
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=32,
+        hidden_size=64,
+        intermediate_size=160,
+        tie_word_embeddings=False,
+        rope_theta=10_000.0,
+    ),
+    "tied-4q2kv-eps1e5": dict(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        hidden_size=96,
+        intermediate_size=64,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+    ),
 }
 
 
@@ -43,7 +79,7 @@ def test_greedy_tokens_match_transformers_generate(name, tiny_checkpoint, token_
     ids = list(prompt)
     for _ in range(20):  # no KV cache here: chapter 1's model on the whole sequence each step
         ids.append(int(model(torch.tensor([ids]), logits_indices=[-1])[0, -1].argmax()))
-    assert ids[len(prompt):] == hf_generate(path, prompt, 20)
+    assert ids[len(prompt) :] == hf_generate(path, prompt, 20)
 
 
 def test_default_model_matches_transformers(model, model_path, tokenizer):
@@ -85,7 +121,9 @@ def test_a_backend_needs_explicit_positions(tiny_model):
     model = tiny_model()
     with pytest.raises(ValueError, match="pass the new tokens' positions"):
         model(torch.tensor([[1, 2]]), attn=KVCache.for_model(model, max_len=4))
-    with pytest.raises(ValueError, match=r"positions have shape \(3,\): expected \(1, 2\) or \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"positions have shape \(3,\): expected \(1, 2\) or \(2,\)"
+    ):
         model(torch.tensor([[1, 2]]), torch.arange(3))
 
 
@@ -105,12 +143,17 @@ def test_rmsnorm_gives_unit_rms_before_the_weight():
 
 def test_rope_scores_depend_only_on_the_distance():
     g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(1, 1, 16, generator=g), torch.randn(1, 1, 16, generator=g)  # [T=1, heads=1, hd]
+    q, k = (
+        torch.randn(1, 1, 16, generator=g),
+        torch.randn(1, 1, 16, generator=g),
+    )  # [T=1, heads=1, hd]
 
     def score(m, n):
         cq, sq = rope_cos_sin(torch.tensor([m]), 16, 10_000.0)
         ck, sk = rope_cos_sin(torch.tensor([n]), 16, 10_000.0)
-        return (apply_rope(q, cq[:, None], sq[:, None]) * apply_rope(k, ck[:, None], sk[:, None])).sum()
+        return (
+            apply_rope(q, cq[:, None], sq[:, None]) * apply_rope(k, ck[:, None], sk[:, None])
+        ).sum()
 
     assert abs(score(7, 3) - score(107, 103)) < 1e-4
     assert abs(score(7, 3) - score(7, 5)) > 1e-3  # a different distance gives a different score

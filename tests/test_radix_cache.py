@@ -1,4 +1,5 @@
-"""The radix tree (SGLang's design) and the traffic simulation that sets it beside the block cache."""
+"""The radix tree (SGLang's design) and the traffic simulation that sets it beside the block
+cache."""
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,11 @@ def test_match_ends_inside_a_node_and_splits_it():
     tree = RadixCache()
     tree.insert([1, 2, 3, 4, 5])
     matched, node = tree.match_prefix([1, 2, 3, 9])
-    assert matched == 3 and node.key == [1, 2, 3] and [c.key for c in node.children.values()] == [[4, 5]]
+    assert (
+        matched == 3
+        and node.key == [1, 2, 3]
+        and [c.key for c in node.children.values()] == [[4, 5]]
+    )
     assert tree.total_size == 5 and tree.num_nodes() == 2, "a split adds a node, never tokens"
 
 
@@ -22,8 +27,9 @@ def test_insert_returns_the_part_already_cached_and_adds_one_leaf():
     assert tree.insert([1, 2, 4, 5]) == 2
     assert tree.insert([1, 2, 3]) == 3
     assert tree.total_size == 5
-    assert tree.pretty() == ("[2 tokens: 1 2] lock_ref=0\n  [1 tokens: 3] lock_ref=0\n"
-                             "  [2 tokens: 4 5] lock_ref=0")
+    assert tree.pretty() == (
+        "[2 tokens: 1 2] lock_ref=0\n  [1 tokens: 3] lock_ref=0\n  [2 tokens: 4 5] lock_ref=0"
+    )
 
 
 def test_locked_paths_survive_eviction_and_the_oldest_leaf_goes_first():
@@ -34,7 +40,9 @@ def test_locked_paths_survive_eviction_and_the_oldest_leaf_goes_first():
     _, node = tree.match_prefix([1, 2, 3])
     tree.inc_lock_ref(node)
     assert tree.protected_size == 3 and tree.evictable_size == 4
-    assert tree.evict(1) == 2 and tree.match_prefix([7, 8])[0] == 0, "[7, 8] was used least recently"
+    assert tree.evict(1) == 2 and tree.match_prefix([7, 8])[0] == 0, (
+        "[7, 8] was used least recently"
+    )
     assert tree.evict(100) == 2 and tree.total_size == 3, "only the locked path is left"
     tree.dec_lock_ref(node)
     assert tree.evict(100) == 3 and tree.total_size == 0
@@ -43,8 +51,12 @@ def test_locked_paths_survive_eviction_and_the_oldest_leaf_goes_first():
 
 
 @settings(max_examples=100, deadline=None)
-@given(seqs=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=20),
-       query=st.lists(st.integers(0, 3), max_size=14))
+@given(
+    seqs=st.lists(
+        st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=20
+    ),
+    query=st.lists(st.integers(0, 3), max_size=14),
+)
 def test_match_is_the_longest_common_prefix_with_anything_inserted(seqs, query):
     tree = RadixCache()
     for s in seqs:
@@ -57,8 +69,9 @@ def test_match_is_the_longest_common_prefix_with_anything_inserted(seqs, query):
         return n
 
     assert tree.match_prefix(query)[0] == max(lcp(s, query) for s in seqs)
-    assert tree.total_size == len({tuple(s[:i]) for s in seqs for i in range(1, len(s) + 1)}), \
+    assert tree.total_size == len({tuple(s[:i]) for s in seqs for i in range(1, len(s) + 1)}), (
         "the tree holds each distinct prefix once"
+    )
 
 
 def test_with_room_for_everything_a_block_hit_is_the_radix_hit_rounded_down_to_a_block():
@@ -72,7 +85,10 @@ def test_with_room_for_everything_a_block_hit_is_the_radix_hit_rounded_down_to_a
 
 def test_less_memory_means_fewer_hits_for_both_designs():
     traffic = make_traffic(80, seed=4)
-    for simulate in (lambda cap: simulate_radix(traffic, cap), lambda cap: simulate_blocks(traffic, 16, cap)):
+    for simulate in (
+        lambda cap: simulate_radix(traffic, cap),
+        lambda cap: simulate_blocks(traffic, 16, cap),
+    ):
         rates = [simulate(cap).hit_rate for cap in (2_000, 8_000, None)]
         assert rates[0] < rates[1] <= rates[2]
 
@@ -90,7 +106,13 @@ def test_the_traffic_mixes_all_three_kinds_and_chats_grow_turn_by_turn():
     kinds = {r.kind for r in traffic}
     assert kinds == {"chat", "few-shot", "unrelated"}
     chats = [r for r in traffic if r.kind == "chat"]
-    followups = sum(any(r.prompt[:len(q.prompt) + len(q.output)] == q.prompt + q.output for q in chats if q is not r)
-                    for r in chats)
+    followups = sum(
+        any(
+            r.prompt[: len(q.prompt) + len(q.output)] == q.prompt + q.output
+            for q in chats
+            if q is not r
+        )
+        for r in chats
+    )
     assert followups > len(chats) // 3
     assert make_traffic(50, seed=9)[7].prompt == make_traffic(50, seed=9)[7].prompt, "seeded"

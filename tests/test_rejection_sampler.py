@@ -1,6 +1,8 @@
-"""The verification step: greedy accepts the longest matching prefix plus the target's own token, and
-rejection sampling emits tokens distributed exactly as the target's (a chi-square test at significance
-0.001 with fixed seeds), while a sampler that redraws from p instead of the residual fails the same test."""
+"""The verification step: greedy accepts the longest matching prefix plus the target's own
+token, and
+rejection sampling emits tokens distributed exactly as the target's (a chi-square test at
+significance 0.001 with fixed seeds), while a sampler that redraws from p instead of the
+residual fails the same test."""
 
 import pytest
 import torch
@@ -12,11 +14,15 @@ from minillm.sampling import SamplingParams, sample
 CHI2_CRIT_001 = {3: 16.266, 15: 37.697}
 N = 8_000  # trials; each expected cell count below is at least N * 0.05 * 0.1 = 40
 
-P = torch.tensor([[0.50, 0.30, 0.15, 0.05],  # the target after the context
-                  [0.10, 0.60, 0.10, 0.20],  # after the first proposal
-                  [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)  # after the second (the bonus row)
-Q = torch.tensor([[0.10, 0.20, 0.30, 0.40],
-                  [0.40, 0.10, 0.40, 0.10]], dtype=torch.float64)
+P = torch.tensor(
+    [
+        [0.50, 0.30, 0.15, 0.05],  # the target after the context
+        [0.10, 0.60, 0.10, 0.20],  # after the first proposal
+        [0.25, 0.25, 0.25, 0.25],
+    ],
+    dtype=torch.float64,
+)  # after the second (the bonus row)
+Q = torch.tensor([[0.10, 0.20, 0.30, 0.40], [0.40, 0.10, 0.40, 0.10]], dtype=torch.float64)
 
 
 def chi2(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -25,12 +31,18 @@ def chi2(counts: torch.Tensor, probs: torch.Tensor) -> float:
 
 
 def first_two_tokens(residual: bool, q=Q) -> torch.Tensor:
-    """Counts [4, 4] of the first two emitted tokens over N seeded verifies of 2 drafts drawn from q.
-    When the verify emits only one token, the second comes from the next step's plain draw from P[1]."""
+    """Counts [4, 4] of the first two emitted tokens over N seeded verifies of 2 drafts drawn
+    from q.
+    When the verify emits only one token, the second comes from the next step's plain draw
+    from P[1]."""
     counts = torch.zeros(4, 4, dtype=torch.float64)
     gen = torch.Generator().manual_seed(1234)
     for trial in range(N):
-        draft = [int(torch.multinomial(q[j], 1, generator=gen)) for j in range(2)] if q is not None else [3, 2]
+        draft = (
+            [int(torch.multinomial(q[j], 1, generator=gen)) for j in range(2)]
+            if q is not None
+            else [3, 2]
+        )
         out = rejection_sample(P, draft, q, seed=trial, step=0, residual=residual)
         if len(out) == 1:
             out.append(int(torch.multinomial(P[1], 1, generator=gen)))
@@ -40,15 +52,18 @@ def first_two_tokens(residual: bool, q=Q) -> torch.Tensor:
 
 def test_rejection_sampling_reproduces_the_target_distribution():
     counts = first_two_tokens(residual=True)
-    target = (P[0][:, None] * P[1][None, :])  # [4, 4]: the target's own two-token distribution
+    target = P[0][:, None] * P[1][None, :]  # [4, 4]: the target's own two-token distribution
     stat = chi2(counts.flatten(), target.flatten())
-    print(f"chi-square {stat:.1f} over 15 degrees of freedom (critical {CHI2_CRIT_001[15]} at 0.001)")
+    print(
+        f"chi-square {stat:.1f} over 15 degrees of freedom (critical {CHI2_CRIT_001[15]} at "
+        "0.001)"
+    )
     assert stat < CHI2_CRIT_001[15]
 
 
 def test_a_sampler_without_the_residual_fails_the_same_test():
     counts = first_two_tokens(residual=False)
-    target = (P[0][:, None] * P[1][None, :])
+    target = P[0][:, None] * P[1][None, :]
     assert chi2(counts.flatten(), target.flatten()) > CHI2_CRIT_001[15]
 
 
@@ -69,7 +84,7 @@ def test_target_probs_are_what_sample_draws_from():
     sp = SamplingParams(temperature=0.7, top_k=10, top_p=0.9)
     probs = target_probs(logits, sp)
     for i in range(3):
-        drawn = {sample(logits[i:i + 1], [sp], [s], [0])[0] for s in range(200)}
+        drawn = {sample(logits[i : i + 1], [sp], [s], [0])[0] for s in range(200)}
         assert drawn <= set(torch.nonzero(probs[i]).flatten().tolist())
     assert torch.allclose(probs.sum(-1), torch.ones(3))
 
@@ -79,13 +94,31 @@ def test_rejection_sample_checks_shapes():
         rejection_sample(P[:2], [1, 2], Q, seed=0, step=0)
 
 
-@pytest.mark.parametrize("argmax, draft, n, want", [
-    ([[4, 5, 6]], [[4, 5]], [2], [[4, 5, 6]]),  # all accepted: the bonus follows
-    ([[4, 5, 6]], [[4, 9]], [2], [[4, 5]]),  # the second proposal rejected: the target's token replaces it
-    ([[4, 5, 6]], [[7, 5]], [2], [[4]]),  # a later match after a mismatch does not count
-    ([[4, 5, 6], [1, 2, 3]], [[4, 5], [1, 0]], [1, 1], [[4, 5], [1, 2]]),  # padded rows: only n real proposals
-    ([[8]], torch.zeros(1, 0, dtype=torch.long), [0], [[8]]),  # no proposals: a plain decode
-])
+@pytest.mark.parametrize(
+    "argmax, draft, n, want",
+    [
+        ([[4, 5, 6]], [[4, 5]], [2], [[4, 5, 6]]),  # all accepted: the bonus follows
+        (
+            [[4, 5, 6]],
+            [[4, 9]],
+            [2],
+            [[4, 5]],
+        ),  # the second proposal rejected: the target's token replaces it
+        ([[4, 5, 6]], [[7, 5]], [2], [[4]]),  # a later match after a mismatch does not count
+        (
+            [[4, 5, 6], [1, 2, 3]],
+            [[4, 5], [1, 0]],
+            [1, 1],
+            [[4, 5], [1, 2]],
+        ),  # padded rows: only n real proposals
+        (
+            [[8]],
+            torch.zeros(1, 0, dtype=torch.long),
+            [0],
+            [[8]],
+        ),  # no proposals: a plain decode
+    ],
+)
 def test_greedy_verify_batched(argmax, draft, n, want):
     draft = draft if isinstance(draft, torch.Tensor) else torch.tensor(draft)
     assert greedy_verify(torch.tensor(argmax), draft, n) == want

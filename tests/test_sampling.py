@@ -1,4 +1,5 @@
-"""Sampling: parameter checks, greedy, top-k / top-p filtering, and batch-invariant seeded draws."""
+"""Sampling: parameter checks, greedy, top-k / top-p filtering, and batch-invariant seeded
+draws."""
 
 import math
 
@@ -10,27 +11,30 @@ from hypothesis import strategies as st
 from minillm.sampling import SamplingParams, apply_top_k_top_p, sample
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(max_tokens=0), "max_tokens is 0"),
-    (dict(max_tokens=2.5), "max_tokens is 2.5"),
-    (dict(temperature=-0.1), "temperature is -0.1"),
-    (dict(temperature=math.nan), "temperature is nan"),
-    (dict(top_k=-1), "top_k is -1"),
-    (dict(top_p=0.0), "top_p is 0.0"),
-    (dict(top_p=1.5), "top_p is 1.5"),
-    (dict(stop_token_ids=[3, -2]), r"stop_token_ids\[1\] is -2: expected an int >= 0"),
-    (dict(stop_token_ids=5), "stop_token_ids is 5: expected a list of ints"),
-    (dict(stop_token_ids="5"), "stop_token_ids is '5': expected a list of ints"),
-    (dict(stop_token_ids=[1.5]), r"stop_token_ids\[0\] is 1.5: expected an int"),
-    (dict(seed=-5), "seed is -5"),
-    (dict(seed=1.5), "seed is 1.5"),
-    (dict(max_tokens=True), "max_tokens is True: expected an int >= 1"),
-    (dict(temperature="0.7"), "temperature is '0.7': expected a finite number >= 0"),
-    (dict(temperature=math.inf), "temperature is inf"),
-    (dict(top_k=2.0), "top_k is 2.0: expected an int >= 0"),
-    (dict(top_p=math.nan), "top_p is nan"),
-    (dict(ignore_eos="no"), "ignore_eos is 'no': expected True or False"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(max_tokens=0), "max_tokens is 0"),
+        (dict(max_tokens=2.5), "max_tokens is 2.5"),
+        (dict(temperature=-0.1), "temperature is -0.1"),
+        (dict(temperature=math.nan), "temperature is nan"),
+        (dict(top_k=-1), "top_k is -1"),
+        (dict(top_p=0.0), "top_p is 0.0"),
+        (dict(top_p=1.5), "top_p is 1.5"),
+        (dict(stop_token_ids=[3, -2]), r"stop_token_ids\[1\] is -2: expected an int >= 0"),
+        (dict(stop_token_ids=5), "stop_token_ids is 5: expected a list of ints"),
+        (dict(stop_token_ids="5"), "stop_token_ids is '5': expected a list of ints"),
+        (dict(stop_token_ids=[1.5]), r"stop_token_ids\[0\] is 1.5: expected an int"),
+        (dict(seed=-5), "seed is -5"),
+        (dict(seed=1.5), "seed is 1.5"),
+        (dict(max_tokens=True), "max_tokens is True: expected an int >= 1"),
+        (dict(temperature="0.7"), "temperature is '0.7': expected a finite number >= 0"),
+        (dict(temperature=math.inf), "temperature is inf"),
+        (dict(top_k=2.0), "top_k is 2.0: expected an int >= 0"),
+        (dict(top_p=math.nan), "top_p is nan"),
+        (dict(ignore_eos="no"), "ignore_eos is 'no': expected True or False"),
+    ],
+)
 def test_bad_params_are_rejected_with_the_value(kwargs, words):
     with pytest.raises(ValueError, match=words):
         SamplingParams(**kwargs)
@@ -43,19 +47,36 @@ def test_stop_token_ids_become_a_tuple():
 def test_numpy_and_tensor_numbers_become_plain_ones():
     import numpy as np
 
-    sp = SamplingParams(max_tokens=np.int64(4), temperature=np.float32(0.5), top_k=torch.tensor(3),
-                        stop_token_ids=np.array([1, 2]), seed=np.uint8(7))
-    assert (sp.max_tokens, sp.temperature, sp.top_k, sp.stop_token_ids, sp.seed) == (4, 0.5, 3, (1, 2), 7)
-    assert all(type(v) in (int, float) for v in (sp.max_tokens, sp.temperature, sp.top_k, sp.seed, *sp.stop_token_ids))
+    sp = SamplingParams(
+        max_tokens=np.int64(4),
+        temperature=np.float32(0.5),
+        top_k=torch.tensor(3),
+        stop_token_ids=np.array([1, 2]),
+        seed=np.uint8(7),
+    )
+    assert (sp.max_tokens, sp.temperature, sp.top_k, sp.stop_token_ids, sp.seed) == (
+        4,
+        0.5,
+        3,
+        (1, 2),
+        7,
+    )
+    assert all(
+        type(v) in (int, float)
+        for v in (sp.max_tokens, sp.temperature, sp.top_k, sp.seed, *sp.stop_token_ids)
+    )
 
 
 @pytest.mark.parametrize("temperature", [1e-45, 1e-30, 1e-8, 9.9e-6, 1e-5, 1e-4, 1e-3])
 def test_tiny_temperatures_pick_the_argmax_and_never_see_nan(temperature, monkeypatch):
-    """Greedy in the limit: below 1e-5 (vLLM's threshold) the row is greedy; above, the scaled logits stay finite."""
+    """Greedy in the limit: below 1e-5 (vLLM's threshold) the row is greedy; above, the scaled
+    logits stay finite."""
     logits = torch.randn(6, 5000, generator=torch.Generator().manual_seed(3)) * 4
     seen = []
     real_softmax = torch.Tensor.softmax
-    monkeypatch.setattr(torch.Tensor, "softmax", lambda t, *a, **k: seen.append(t) or real_softmax(t, *a, **k))
+    monkeypatch.setattr(
+        torch.Tensor, "softmax", lambda t, *a, **k: seen.append(t) or real_softmax(t, *a, **k)
+    )
     sp = SamplingParams(temperature=temperature, top_p=0.9, top_k=50)
     assert sp.greedy == (temperature < 1e-5)
     tokens = sample(logits, [sp] * 6, seeds=list(range(6)), steps=[0] * 6)
@@ -64,7 +85,8 @@ def test_tiny_temperatures_pick_the_argmax_and_never_see_nan(temperature, monkey
 
 
 def test_the_old_division_would_have_produced_nan():
-    """Why the max is subtracted first: logits / 1e-45 overflow to +-inf, and softmax of inf - inf is NaN."""
+    """Why the max is subtracted first: logits / 1e-45 overflow to +-inf, and softmax of inf -
+    inf is NaN."""
     logits = torch.tensor([[1.0, 2.0, 3.0]])
     assert torch.isnan((logits / torch.tensor(1e-45)).softmax(-1)).any()
 
@@ -81,7 +103,10 @@ def test_non_finite_logits_are_an_error_not_a_token(bad):
 def test_minus_inf_logits_are_allowed_but_not_a_whole_row():
     logits = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))
     logits[0, :9] = -math.inf  # only token 9 possible
-    assert sample(logits, [SamplingParams(temperature=1.0)] * 2, seeds=[0, 1], steps=[0, 0])[0] == 9
+    assert (
+        sample(logits, [SamplingParams(temperature=1.0)] * 2, seeds=[0, 1], steps=[0, 0])[0]
+        == 9
+    )
     logits[1] = -math.inf
     with pytest.raises(ValueError, match="logits row 1"):
         sample(logits, [SamplingParams()] * 2, seeds=[0, 1], steps=[0, 0])
@@ -105,19 +130,27 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
     logits = probs.log()
     # 0.5 + 0.3 = 0.8 reaches 0.8, so the third-best token (0.15) is dropped; at 0.81 it stays.
-    assert torch.isfinite(apply_top_k_top_p(logits, [0], [0.8])).tolist() == [[False, True, False, True]]
-    assert torch.isfinite(apply_top_k_top_p(logits, [0], [0.81])).tolist() == [[False, True, True, True]]
+    assert torch.isfinite(apply_top_k_top_p(logits, [0], [0.8])).tolist() == [
+        [False, True, False, True]
+    ]
+    assert torch.isfinite(apply_top_k_top_p(logits, [0], [0.81])).tolist() == [
+        [False, True, True, True]
+    ]
 
 
 def test_top_p_always_keeps_the_best_token():
     logits = torch.tensor([[0.0, 3.0, 1.0]])
-    assert torch.isfinite(apply_top_k_top_p(logits, [0], [1e-6])).tolist() == [[False, True, False]]
+    assert torch.isfinite(apply_top_k_top_p(logits, [0], [1e-6])).tolist() == [
+        [False, True, False]
+    ]
 
 
 def test_sampled_tokens_stay_inside_top_k():
     logits = torch.randn(1, 100, generator=torch.Generator().manual_seed(2))
     best2 = set(logits[0].topk(2).indices.tolist())
-    sp = SamplingParams(temperature=5.0, top_k=2)  # a hot temperature would pick outsiders without the filter
+    sp = SamplingParams(
+        temperature=5.0, top_k=2
+    )  # a hot temperature would pick outsiders without the filter
     drawn = {sample(logits, [sp], [7], [step])[0] for step in range(200)}
     assert drawn == best2
 
@@ -135,19 +168,31 @@ def test_draws_follow_the_distribution():
 @settings(max_examples=25, deadline=None)
 @given(n_rows=st.integers(1, 6), data=st.data())
 def test_a_seeded_row_draws_the_same_token_in_any_batch(n_rows, data):
-    """Row i's token depends on its logits, params, seed and step only: not on its neighbours or place."""
+    """Row i's token depends on its logits, params, seed and step only: not on its neighbours or
+    place."""
     gen = torch.Generator().manual_seed(data.draw(st.integers(0, 1000)))
     logits = torch.randn(n_rows, 64, generator=gen) * 2
-    params = [SamplingParams(temperature=data.draw(st.sampled_from([0.0, 0.7, 1.0, 1.5])),
-                             top_k=data.draw(st.sampled_from([0, 5, 20])),
-                             top_p=data.draw(st.sampled_from([1.0, 0.9, 0.5]))) for _ in range(n_rows)]
+    params = [
+        SamplingParams(
+            temperature=data.draw(st.sampled_from([0.0, 0.7, 1.0, 1.5])),
+            top_k=data.draw(st.sampled_from([0, 5, 20])),
+            top_p=data.draw(st.sampled_from([1.0, 0.9, 0.5])),
+        )
+        for _ in range(n_rows)
+    ]
     seeds = data.draw(st.lists(st.integers(0, 2**40), min_size=n_rows, max_size=n_rows))
     steps = data.draw(st.lists(st.integers(0, 500), min_size=n_rows, max_size=n_rows))
     together = sample(logits, params, seeds, steps)
-    alone = [sample(logits[i:i + 1], [params[i]], [seeds[i]], [steps[i]])[0] for i in range(n_rows)]
+    alone = [
+        sample(logits[i : i + 1], [params[i]], [seeds[i]], [steps[i]])[0] for i in range(n_rows)
+    ]
     order = data.draw(st.permutations(range(n_rows)))
-    shuffled = sample(logits[list(order)], [params[i] for i in order], [seeds[i] for i in order],
-                      [steps[i] for i in order])
+    shuffled = sample(
+        logits[list(order)],
+        [params[i] for i in order],
+        [seeds[i] for i in order],
+        [steps[i] for i in order],
+    )
     assert together == alone
     assert [shuffled[order.index(i)] for i in range(n_rows)] == together
 

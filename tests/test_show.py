@@ -1,4 +1,5 @@
-"""minillm.notebook.show: the engine's code shown as highlighted Python in JupyterLab and on the site."""
+"""minillm.notebook.show: the engine's code shown as highlighted Python in JupyterLab and on the
+site."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""Chapter 3: fixed KV slots — allocation, isolation against running alone, and the memory arithmetic."""
+"""Chapter 3: fixed KV slots — allocation, isolation against running alone, and the memory
+arithmetic."""
 
 from __future__ import annotations
 
@@ -8,8 +9,17 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from minillm.kv_cache import generate
-from minillm.slots import (OutOfSlotsError, SlotKVCache, SlotRequest, batch_decode_step, batch_prefill, decode,
-                           prefill, reserved_kv_bytes, sample_length_mix)
+from minillm.slots import (
+    OutOfSlotsError,
+    SlotKVCache,
+    SlotRequest,
+    batch_decode_step,
+    batch_prefill,
+    decode,
+    prefill,
+    reserved_kv_bytes,
+    sample_length_mix,
+)
 
 MiB, GiB = 2**20, 2**30
 
@@ -23,7 +33,9 @@ def state(cache: SlotKVCache):
     return dict(cache.request_to_slot), list(cache.free_slots), list(cache.lengths)
 
 
-# --- allocating and freeing slots ----------------------------------------------------------------------
+# --- allocating and freeing slots
+#   ----------------------------------------------------------------------
+
 
 def test_allocate_hands_out_lowest_free_slot_and_free_returns_it():
     cache = SlotKVCache(1, 3, 8, 1, 4)
@@ -42,11 +54,17 @@ def test_out_of_slots_names_the_waiting_request_and_changes_nothing():
     assert state(cache) == before
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda c: c.allocate_slot("a"), "request 'a' already holds slot 0"),
-    (lambda c: c.free_slot("zzz"), "request 'zzz' holds no slot: expected one of \\['a'\\]"),
-    (lambda c: c.view(7), "request 7 holds no slot"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda c: c.allocate_slot("a"), "request 'a' already holds slot 0"),
+        (
+            lambda c: c.free_slot("zzz"),
+            "request 'zzz' holds no slot: expected one of \\['a'\\]",
+        ),
+        (lambda c: c.view(7), "request 7 holds no slot"),
+    ],
+)
 def test_bad_slot_calls_raise_and_change_nothing(call, message):
     cache = SlotKVCache(1, 2, 8, 1, 4)
     cache.allocate_slot("a")
@@ -65,7 +83,9 @@ def test_freeing_twice_is_an_error():
     assert cache.free_slots == [0, 1]
 
 
-# --- running requests in their slots ---------------------------------------------------------------
+# --- running requests in their slots
+#   ---------------------------------------------------------------
+
 
 def alone(model, prompt, n):
     tokens, logits = generate(model, prompt, n, return_logits=True)
@@ -74,16 +94,25 @@ def alone(model, prompt, n):
 
 # no shrinking phase: every try runs the model, and a failing interleaving is readable as it is
 @settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(st.lists(st.tuples(st.integers(1, 24), st.integers(1, 6)), min_size=2, max_size=4),
-       st.integers(0, 10**6), st.randoms(use_true_random=False))
+@given(
+    st.lists(st.tuples(st.integers(1, 24), st.integers(1, 6)), min_size=2, max_size=4),
+    st.integers(0, 10**6),
+    st.randoms(use_true_random=False),
+)
 def test_each_request_in_a_slot_matches_running_it_alone(small, specs, seed, rng):
-    """Random prompts, interleaved in a random order, in a cache with fewer slots than requests."""
+    """Random prompts, interleaved in a random order, in a cache with fewer slots than
+    requests."""
     g = torch.Generator().manual_seed(seed)
-    reqs = [SlotRequest(i, torch.randint(0, 512, (p,), generator=g).tolist(), n) for i, (p, n) in enumerate(specs)]
+    reqs = [
+        SlotRequest(i, torch.randint(0, 512, (p,), generator=g).tolist(), n)
+        for i, (p, n) in enumerate(specs)
+    ]
     cache = SlotKVCache.for_model(small, max_batch=len(reqs) - 1 or 1, max_ctx=32)
     waiting, running = list(reqs), []
     while waiting or running:
-        if waiting and cache.num_free:  # admit one request, then run one step of a random running request
+        if (
+            waiting and cache.num_free
+        ):  # admit one request, then run one step of a random running request
             r = waiting.pop(0)
             batch_prefill(small, cache, [r])
             running.append(r)
@@ -122,7 +151,9 @@ def test_request_done_after_prefill_frees_its_slot(small):
 def test_prefill_that_would_overflow_the_slot_changes_nothing(small):
     cache = SlotKVCache.for_model(small, max_batch=2, max_ctx=8)
     cache.allocate_slot("a")
-    with pytest.raises(ValueError, match="request 'a' would reach 9 tokens, but slot 0 holds max_ctx=8"):
+    with pytest.raises(
+        ValueError, match="request 'a' would reach 9 tokens, but slot 0 holds max_ctx=8"
+    ):
         prefill(small, cache, "a", list(range(9)))
     assert cache.lengths == [0, 0]
 
@@ -144,12 +175,21 @@ def test_bad_token_leaves_the_slot_empty(small):
     assert cache.lengths == [0]
 
 
-@pytest.mark.parametrize("steps, message", [
-    (lambda m, c: decode(m, c, "a", 1), "request 'a' has an empty slot 0: prefill it before decoding"),
-    (lambda m, c: (prefill(m, c, "a", [1]), prefill(m, c, "a", [2])), "already has 1 tokens in slot 0"),
-    (lambda m, c: prefill(m, c, "a", []), "request 'a' has an empty prompt"),
-    (lambda m, c: prefill(m, c, "b", [1]), "request 'b' holds no slot"),
-])
+@pytest.mark.parametrize(
+    "steps, message",
+    [
+        (
+            lambda m, c: decode(m, c, "a", 1),
+            "request 'a' has an empty slot 0: prefill it before decoding",
+        ),
+        (
+            lambda m, c: (prefill(m, c, "a", [1]), prefill(m, c, "a", [2])),
+            "already has 1 tokens in slot 0",
+        ),
+        (lambda m, c: prefill(m, c, "a", []), "request 'a' has an empty prompt"),
+        (lambda m, c: prefill(m, c, "b", [1]), "request 'b' holds no slot"),
+    ],
+)
 def test_prefill_and_decode_reject_wrong_order_and_bad_input(small, steps, message):
     cache = SlotKVCache.for_model(small, max_batch=1, max_ctx=8)
     cache.allocate_slot("a")
@@ -178,7 +218,9 @@ def test_failed_prefill_gives_the_slot_back(small):
     assert cache.request_to_slot == {"ok": 0} and reqs[1].slot == -1
 
 
-# --- the memory arithmetic -----------------------------------------------------------------------------
+# --- the memory arithmetic
+#   -----------------------------------------------------------------------------
+
 
 def test_seed_arithmetic_512_mib_per_layer_per_slot():
     """27B-class model, TP2: 16 KV heads per rank, head_dim 128, 64K context, fp16."""
@@ -190,7 +232,9 @@ def test_seed_arithmetic_512_mib_per_layer_per_slot():
 def test_slot_cache_reserves_what_the_formula_says(small):
     cache = SlotKVCache.for_model(small, max_batch=3, max_ctx=16)
     cfg = small.cfg
-    assert cache.reserved_bytes() == reserved_kv_bytes(3, 16, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hd, 4)
+    assert cache.reserved_bytes() == reserved_kv_bytes(
+        3, 16, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.hd, 4
+    )
     cache.allocate_slot("a")
     prefill(small, cache, "a", [1, 2, 3, 4, 5])
     assert cache.used_bytes() == cache.reserved_bytes() * 5 // (3 * 16)
@@ -202,4 +246,6 @@ def test_length_mix_is_seeded_long_tailed_and_fits_the_context():
     assert (prompt == again).all()
     total = prompt + output
     assert total.max() <= 65_536 and prompt.min() >= 8 and output.min() >= 1
-    assert total.mean() > 1.5 * sorted(total)[len(total) // 2]  # long tail: the mean sits well above the median
+    assert (
+        total.mean() > 1.5 * sorted(total)[len(total) // 2]
+    )  # long tail: the mean sits well above the median

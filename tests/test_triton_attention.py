@@ -1,7 +1,8 @@
 """Chapter 11: the Triton kernels equal the torch reference (in Triton's interpreter on a CPU).
 
-Without triton installed these tests skip (saying so); `make test` installs it (the `kernels` extra),
-so in CI they run. Without CUDA, minillm.kernels runs the kernels in the interpreter (TRITON_INTERPRET=1).
+Without triton installed these tests skip (saying so); `make test` installs it (the `kernels`
+extra), so in CI they run. Without CUDA, minillm.kernels runs the kernels in the interpreter
+(TRITON_INTERPRET=1).
 """
 
 from __future__ import annotations
@@ -21,18 +22,23 @@ from minillm.paged import PagedKVCache, paged_attention, paged_decode_attention
 from minillm.runner import ModelRunner, build_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_triton = pytest.mark.skipif(not triton_available(), reason="triton is not installed: pip install -e '.[kernels]'")
+needs_triton = pytest.mark.skipif(
+    not triton_available(), reason="triton is not installed: pip install -e '.[kernels]'"
+)
 TOL = 1e-5  # fp32 kernel vs reference
 VOCAB = 512
 if triton_available():
-    load_triton()  # decides, before any kernel is defined, whether they are compiled or interpreted
+    # decides, before any kernel is defined, whether they are compiled or interpreted
+    load_triton()
 # Interpreted kernels take CPU tensors, compiled ones CUDA tensors: the same tests check either.
 DEVICE = "cpu" if not torch.cuda.is_available() or interpreting() else "cuda"
 
 
 def random_case(seed: int):
-    """A seeded mixed batch: block size 1-32, GQA group 1-8, head_dim 16-128, contexts up to ~300 tokens,
-    each request a full prefill, a chunk after cached tokens, or a decode; blocks scattered over the pool."""
+    """A seeded mixed batch: block size 1-32, GQA group 1-8, head_dim 16-128, contexts up to
+    ~300 tokens,
+    each request a full prefill, a chunk after cached tokens, or a decode; blocks scattered
+    over the pool."""
     rng = random.Random(seed)
     # the shape parameters cycle with the seed, so that 12 seeds cover every value of each
     block_size = [1, 2, 3, 5, 8, 16, 32][seed % 7]
@@ -43,11 +49,13 @@ def random_case(seed: int):
         kind = rng.choice(["prefill", "chunk", "decode"])
         seq_len = rng.randint(1, 300 if kind == "decode" else 120)
         seq_lens.append(seq_len)
-        new.append(seq_len if kind == "prefill" else 1 if kind == "decode" else rng.randint(1, seq_len))
+        new.append(
+            seq_len if kind == "prefill" else 1 if kind == "decode" else rng.randint(1, seq_len)
+        )
     need = [-(-s // block_size) for s in seq_lens]
     pool = list(range(sum(need) + 2))
     rng.shuffle(pool)
-    tables = [pool[sum(need[:i]):sum(need[:i + 1])] for i in range(len(need))]
+    tables = [pool[sum(need[:i]) : sum(need[: i + 1])] for i in range(len(need))]
     g = torch.Generator().manual_seed(seed)
     kv = PagedKVCache(1, len(pool), block_size, kv_heads, head_dim, device=DEVICE)
     kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
@@ -56,7 +64,7 @@ def random_case(seed: int):
     for n in new:
         qsl.append(qsl[-1] + n)
     q = torch.randn(qsl[-1], kv_heads * group, head_dim, generator=g).to(DEVICE)
-    return q, kv, tables, seq_lens, qsl, head_dim ** -0.5
+    return q, kv, tables, seq_lens, qsl, head_dim**-0.5
 
 
 @needs_triton
@@ -68,8 +76,11 @@ def test_kernel_equals_paged_attention_on_random_mixed_batches(seed):
     want = paged_attention(q, kv, 0, tables, seq_lens, qsl, scale)
     got = triton_attention(q, kv, 0, tables, seq_lens, qsl, scale)
     err = (got - want).abs().max().item()
-    print(f"seed {seed}: block {kv.block_size}, {q.shape[1]}/{kv.num_kv_heads} heads, hd {kv.head_dim}, "
-          f"contexts {seq_lens}, new {[b - a for a, b in zip(qsl, qsl[1:])]}: max err {err:.1e}")
+    print(
+        f"seed {seed}: block {kv.block_size}, {q.shape[1]}/{kv.num_kv_heads} heads, hd "
+        f"{kv.head_dim}, "
+        f"contexts {seq_lens}, new {[b - a for a, b in zip(qsl, qsl[1:])]}: max err {err:.1e}"
+    )
     assert err < TOL
 
 
@@ -79,9 +90,13 @@ def test_kernel_equals_padded_decode_attention():
 
     q, kv, tables, seq_lens, _, scale = random_case(3)
     B = len(seq_lens)
-    q = torch.randn(B, q.shape[1], kv.head_dim, generator=torch.Generator().manual_seed(1)).to(DEVICE)  # one each
+    q = torch.randn(B, q.shape[1], kv.head_dim, generator=torch.Generator().manual_seed(1)).to(
+        DEVICE
+    )  # one each
     want = paged_decode_attention(q, kv, 0, tables, seq_lens, scale)
-    assert (triton_attention(q, kv, 0, tables, seq_lens, list(range(B + 1)), scale) - want).abs().max() < TOL
+    assert (
+        triton_attention(q, kv, 0, tables, seq_lens, list(range(B + 1)), scale) - want
+    ).abs().max() < TOL
 
 
 @needs_triton
@@ -91,14 +106,18 @@ def test_flash_decoding_equals_padded_decode_attention_for_any_segment(seed):
 
     q, kv, tables, seq_lens, _, scale = random_case(seed)
     B = len(seq_lens)
-    q = torch.randn(B, q.shape[1], kv.head_dim, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    q = torch.randn(
+        B, q.shape[1], kv.head_dim, generator=torch.Generator().manual_seed(seed)
+    ).to(DEVICE)
     want = paged_decode_attention(q, kv, 0, tables, seq_lens, scale)
     from minillm.paged import PagedAttention
 
     attn = PagedAttention(kv, tables, seq_lens, list(range(B + 1)))
     lens = torch.tensor(seq_lens, device=DEVICE)
     for segment in (32, 64, 256):  # 1 to 10 segments per context
-        got = split_decode_attention(q, kv.k[0], kv.v[0], attn.block_tables, lens, max(seq_lens), scale, segment)
+        got = split_decode_attention(
+            q, kv.k[0], kv.v[0], attn.block_tables, lens, max(seq_lens), scale, segment
+        )
         assert (got - want).abs().max().item() < TOL, (segment, seq_lens)
 
 
@@ -108,12 +127,22 @@ def test_flash_decoding_refuses_a_segment_that_is_not_whole_tiles():
 
     q, kv, tables, seq_lens, _, scale = random_case(0)
     with pytest.raises(ValueError, match="segment is 48: expected a multiple of 32"):
-        split_decode_attention(q[:1], kv.k[0], kv.v[0], torch.zeros(1, 1, dtype=torch.long), torch.ones(1), 1, scale, 48)
+        split_decode_attention(
+            q[:1],
+            kv.k[0],
+            kv.v[0],
+            torch.zeros(1, 1, dtype=torch.long),
+            torch.ones(1),
+            1,
+            scale,
+            48,
+        )
 
 
 @needs_triton
 def test_kernel_reads_only_the_requests_blocks():
-    """Poison every block no table lists: a kernel that strays outside its block table returns NaN."""
+    """Poison every block no table lists: a kernel that strays outside its block table returns
+    NaN."""
     from minillm.kernels.backend import triton_attention
 
     q, kv, tables, seq_lens, qsl, scale = random_case(5)
@@ -121,8 +150,8 @@ def test_kernel_reads_only_the_requests_blocks():
     for b in set(range(kv.num_blocks)) - used:
         kv.k[0][b], kv.v[0][b] = float("nan"), float("nan")
     for t, s in zip(tables, seq_lens):  # and the unused tail of each last block
-        kv.k[0][t[-1], (s - 1) % kv.block_size + 1:] = float("nan")
-        kv.v[0][t[-1], (s - 1) % kv.block_size + 1:] = float("nan")
+        kv.k[0][t[-1], (s - 1) % kv.block_size + 1 :] = float("nan")
+        kv.v[0][t[-1], (s - 1) % kv.block_size + 1 :] = float("nan")
     got = triton_attention(q, kv, 0, tables, seq_lens, qsl, scale)
     assert torch.isfinite(got).all()
 
@@ -133,12 +162,19 @@ def test_cache_write_equals_torch_store_exactly(block_size, kv_heads, head_dim):
     from minillm.kernels.cache_write import triton_cache_write
 
     g = torch.Generator().manual_seed(block_size)
-    ours, ref = (PagedKVCache(1, 9, block_size, kv_heads, head_dim, device=DEVICE) for _ in range(2))
-    for cache in (ours, ref):  # the same old contents, so rows the write must not touch are checked too
+    ours, ref = (
+        PagedKVCache(1, 9, block_size, kv_heads, head_dim, device=DEVICE) for _ in range(2)
+    )
+    for cache in (
+        ours,
+        ref,
+    ):  # the same old contents, so rows the write must not touch are checked too
         torch.manual_seed(0)
         cache.k[0].normal_(), cache.v[0].normal_()
-    slots = torch.randperm(ours.num_slots, generator=g)[:min(7, ours.num_slots)].to(DEVICE)
-    k, v = (torch.randn(len(slots), kv_heads, head_dim, generator=g).to(DEVICE) for _ in range(2))
+    slots = torch.randperm(ours.num_slots, generator=g)[: min(7, ours.num_slots)].to(DEVICE)
+    k, v = (
+        torch.randn(len(slots), kv_heads, head_dim, generator=g).to(DEVICE) for _ in range(2)
+    )
     k_in, v_in = k.clone(), v.clone()
     triton_cache_write(k, v, ours.k[0], ours.v[0], slots)
     ref.store(0, slots, k, v)
@@ -152,16 +188,21 @@ def test_cache_write_skips_negative_slots():
 
     kv = PagedKVCache(1, 2, 4, 2, 16, device=DEVICE)
     k = torch.ones(3, 2, 16, device=DEVICE)
-    triton_cache_write(k, 2 * k, kv.k[0], kv.v[0], torch.tensor([5, -1, 0], device=DEVICE))  # -1: vLLM's padding slot
+    triton_cache_write(
+        k, 2 * k, kv.k[0], kv.v[0], torch.tensor([5, -1, 0], device=DEVICE)
+    )  # -1: vLLM's padding slot
     flat_k, flat_v = kv.k[0].view(8, 2, 16), kv.v[0].view(8, 2, 16)
     assert flat_k[[0, 5]].eq(1).all() and flat_v[[0, 5]].eq(2).all()
     assert flat_k[[1, 2, 3, 4, 6, 7]].eq(0).all() and flat_v[[1, 2, 3, 4, 6, 7]].eq(0).all()
 
 
-# --- the whole runner with the Triton backend -------------------------------------------------------------
+# --- the whole runner with the Triton backend
+#   -------------------------------------------------------------
+
 
 def two_step_logits(model, backend: str, block_size: int = 3):
-    """Prefill, chunked prefill (10 of 22 tokens, then the rest) and decode over two steps, on scattered blocks."""
+    """Prefill, chunked prefill (10 of 22 tokens, then the rest) and decode over two steps, on
+    scattered blocks."""
     rng = random.Random(0)
     a, b, c = ([rng.randrange(VOCAB) for _ in range(n)] for n in (11, 5, 22))
     pool = list(range(30))
@@ -169,10 +210,22 @@ def two_step_logits(model, backend: str, block_size: int = 3):
     tables = [pool[0:5], pool[5:8], pool[8:16]]
     kv = PagedKVCache.for_model(model, len(pool), block_size)
     runner = ModelRunner(model, kv, attention_backend=backend)
-    out1 = runner.forward(build_batch([(a, 0, tables[0], True), (b, 0, tables[1], True),
-                                       (c[:10], 0, tables[2], False)], block_size))
-    out2 = runner.forward(build_batch([([7], len(a), tables[0], True), ([9], len(b), tables[1], True),
-                                       (c[10:], 10, tables[2], True)], block_size))
+    out1 = runner.forward(
+        build_batch(
+            [(a, 0, tables[0], True), (b, 0, tables[1], True), (c[:10], 0, tables[2], False)],
+            block_size,
+        )
+    )
+    out2 = runner.forward(
+        build_batch(
+            [
+                ([7], len(a), tables[0], True),
+                ([9], len(b), tables[1], True),
+                (c[10:], 10, tables[2], True),
+            ],
+            block_size,
+        )
+    )
     return [(a, out1[0]), (b, out1[1]), (a + [7], out2[0]), (b + [9], out2[1]), (c, out2[2])]
 
 
@@ -184,8 +237,12 @@ def test_runner_with_triton_backend_equals_torch_backend_and_transformers(tiny_c
     model = Transformer.from_pretrained(path, device=DEVICE)
     triton_rows, torch_rows = two_step_logits(model, "triton"), two_step_logits(model, "torch")
     worst_torch = max((t[1] - r[1]).abs().max().item() for t, r in zip(triton_rows, torch_rows))
-    worst_hf = max((row.cpu() - hf_logits(path, ids)[-1]).abs().max().item() for ids, row in triton_rows)
-    print(f"runner, triton vs torch backend: {worst_torch:.1e}; vs transformers: {worst_hf:.1e}")
+    worst_hf = max(
+        (row.cpu() - hf_logits(path, ids)[-1]).abs().max().item() for ids, row in triton_rows
+    )
+    print(
+        f"runner, triton vs torch backend: {worst_torch:.1e}; vs transformers: {worst_hf:.1e}"
+    )
     assert worst_torch < 1e-4 and worst_hf < 1e-4
 
 
@@ -197,20 +254,30 @@ def test_engine_with_triton_backend_generates_the_torch_backends_tokens(tiny_che
     model = Transformer.from_pretrained(tiny_checkpoint(seed=11), device=DEVICE)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [100, 200, 300]]
     params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
-    outs = {backend: [o.token_ids for o in
-                      LLMEngine(model, block_size=4, num_blocks=16, attention_backend=backend).generate(prompts, params)]
-            for backend in ("torch", "triton")}
+    outs = {
+        backend: [
+            o.token_ids
+            for o in LLMEngine(
+                model, block_size=4, num_blocks=16, attention_backend=backend
+            ).generate(prompts, params)
+        ]
+        for backend in ("torch", "triton")
+    }
     assert outs["triton"] == outs["torch"] and all(len(t) == 4 for t in outs["torch"])
 
 
-# --- choosing the backend ------------------------------------------------------------------------------------
+# --- choosing the backend
+#   ------------------------------------------------------------------------------------
+
 
 def test_unknown_backend_is_refused_by_name(tiny_model):
     from minillm.engine import LLMEngine
 
     model = tiny_model(seed=11)
     kv = PagedKVCache.for_model(model, 4, 4)
-    with pytest.raises(ValueError, match=r"attention_backend is 'cuda': expected one of 'torch', 'triton'"):
+    with pytest.raises(
+        ValueError, match=r"attention_backend is 'cuda': expected one of 'torch', 'triton'"
+    ):
         ModelRunner(model, kv, attention_backend="cuda")
     with pytest.raises(ValueError, match=r"attention_backend is 'flash'"):
         LLMEngine(model, block_size=4, num_blocks=4, attention_backend="flash")
@@ -219,7 +286,14 @@ def test_unknown_backend_is_refused_by_name(tiny_model):
 def run_python(code: str, **env) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     full.update(PYTHONPATH=str(ROOT), **env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 BLOCK_TRITON = """
@@ -235,7 +309,10 @@ importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] == "trito
 
 
 def test_without_triton_everything_else_works_and_the_error_says_how_to_install():
-    code = "import importlib.util; _find = importlib.util.find_spec\n" + BLOCK_TRITON + """
+    code = (
+        "import importlib.util; _find = importlib.util.find_spec\n"
+        + BLOCK_TRITON
+        + """
 import minillm.engine, minillm.runner, minillm.cli
 from minillm.kernels import attention_backend_class
 assert attention_backend_class("torch").__name__ == "PagedAttention"
@@ -245,16 +322,23 @@ except ImportError as e:
     print("ERROR:", e)
 sys.exit(minillm.cli.main(["check", "--attention", "triton"]))
 """
+    )
     done = run_python(code)
-    assert "ERROR: the Triton attention backend needs the triton package" in done.stdout, done.stderr
+    assert "ERROR: the Triton attention backend needs the triton package" in done.stdout, (
+        done.stderr
+    )
     assert "pip install -e '.[kernels]'" in done.stdout
     assert done.returncode == 2 and "--attention triton: triton is not installed" in done.stdout
 
 
 @needs_triton
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only choice of the interpreter")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the CPU-only choice of the interpreter"
+)
 def test_without_cuda_the_backend_chooses_the_interpreter_unless_told_otherwise():
-    done = run_python("import os; import minillm.kernels.backend; print(os.environ.get('TRITON_INTERPRET'))")
+    done = run_python(
+        "import os; import minillm.kernels.backend; print(os.environ.get('TRITON_INTERPRET'))"
+    )
     assert done.stdout.strip() == "1", done.stderr
     code = """
 from minillm.paged import PagedKVCache
@@ -274,7 +358,10 @@ def test_a_kernel_is_shown_by_its_python_source():
     from minillm.notebook.show import source
 
     shown = source(reshape_and_cache_kernel)
-    assert shown.text.startswith("@triton.jit\ndef reshape_and_cache_kernel(") and "tl.store" in shown.text
+    assert (
+        shown.text.startswith("@triton.jit\ndef reshape_and_cache_kernel(")
+        and "tl.store" in shown.text
+    )
     assert shown.where() == "minillm/kernels/cache_write.py"
 
 
@@ -282,13 +369,22 @@ def test_a_kernel_is_shown_by_its_python_source():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_compiled_kernel_in_bf16_is_close_to_the_fp32_reference():
-    """bf16 rounds each input to 2^-8 of itself: outputs of size ~1 may be off by a few hundredths, not more."""
+    """bf16 rounds each input to 2^-8 of itself: outputs of size ~1 may be off by a few
+    hundredths, not more."""
     from minillm.kernels.backend import triton_attention
 
     for seed in range(4):
         q, kv, tables, seq_lens, qsl, scale = random_case(seed)
         want = paged_attention(q, kv, 0, tables, seq_lens, qsl, scale)
-        low = PagedKVCache(1, kv.num_blocks, kv.block_size, kv.num_kv_heads, kv.head_dim, torch.bfloat16, kv.device)
+        low = PagedKVCache(
+            1,
+            kv.num_blocks,
+            kv.block_size,
+            kv.num_kv_heads,
+            kv.head_dim,
+            torch.bfloat16,
+            kv.device,
+        )
         low.k[0].copy_(kv.k[0]), low.v[0].copy_(kv.v[0])
         got = triton_attention(q.bfloat16(), low, 0, tables, seq_lens, qsl, scale).float()
         assert (got - want).abs().max().item() < 5e-2
@@ -296,11 +392,19 @@ def test_compiled_kernel_in_bf16_is_close_to_the_fp32_reference():
 
 def run_benchmark(*args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention.py"), *args], capture_output=True,
-                          text=True, env=dict(env, PYTHONPATH=str(ROOT)), timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "attention.py"), *args],
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPATH=str(ROOT)),
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what the benchmark does without a GPU")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks what the benchmark does without a GPU"
+)
 def test_benchmark_without_cuda_says_so_and_exits_0():
     done = run_benchmark()
     assert done.returncode == 0, done.stderr
@@ -308,7 +412,9 @@ def test_benchmark_without_cuda_says_so_and_exits_0():
 
 
 @needs_triton
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the smoke run is for machines without a GPU")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="the smoke run is for machines without a GPU"
+)
 def test_benchmark_smoke_run_checks_the_kernel_against_the_reference(tmp_path):
     done = run_benchmark("--cpu-smoke", "--json", str(tmp_path / "rows.json"))
     assert done.returncode == 0, done.stderr

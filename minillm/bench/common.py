@@ -1,5 +1,5 @@
-"""bench/common.py — what every benchmark shares: the bench model, the machine, the options' defaults.
-"""
+"""bench/common.py — what every benchmark shares: the bench model, the machine, the options'
+defaults."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ import torch
 from minillm.checkpoints import cache_dir, ensure_checkpoint
 from minillm.paged import DEFAULT_BLOCK_SIZE
 
-# The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU, tied
-# head) at about a tenth of Qwen3-0.6B: 3/4 of its width, 6 of its 28 layers, a 32K vocabulary.
-# Its 66M parameters (265 MB in float32) are far beyond the CPU caches (32 MB of L3 here), so every
-# forward streams all weights from memory, as decode does on a real model; that costs ~25-30 ms per
-# forward on 2 cores, so the engine's Python work per step (well under a millisecond) is a few percent.
-# Any bigger and the bench would no longer run in minutes. The 32K vocabulary keeps the output layer
-# at about a third of the weights, as in Qwen3-0.6B (the real 151,936 would make it three quarters);
-# the bench needs no tokenizer, as its prompts are token ids.
+# The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU,
+# tied head) at about a tenth of Qwen3-0.6B: 3/4 of its width, 6 of its 28 layers, a 32K
+# vocabulary. Its 66M parameters (265 MB in float32) are far beyond the CPU caches (32 MB of L3
+# here), so every forward streams all weights from memory, as decode does on a real model; that
+# costs ~25-30 ms per forward on 2 cores, so the engine's Python work per step (well under a
+# millisecond) is a few percent. Any bigger and the bench would no longer run in minutes. The
+# 32K vocabulary keeps the output layer at about a third of the weights, as in Qwen3-0.6B (the
+# real 151,936 would make it three quarters); the bench needs no tokenizer, as its prompts are
+# token ids.
 BENCH_CONFIG = dict(
     vocab_size=32_768,
     hidden_size=768,
@@ -39,7 +40,9 @@ BLOCK_SIZE = DEFAULT_BLOCK_SIZE
 
 
 def bench_model_path() -> Path:
-    return ensure_checkpoint(cache_dir() / BENCH_NAME, BENCH_CONFIG, seed=BENCH_SEED, with_tokenizer=False)
+    return ensure_checkpoint(
+        cache_dir() / BENCH_NAME, BENCH_CONFIG, seed=BENCH_SEED, with_tokenizer=False
+    )
 
 
 def machine() -> dict:
@@ -51,8 +54,14 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return dict(cpu=cpu, cores=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
-                python=platform.python_version(), system=platform.system())
+    return dict(
+        cpu=cpu,
+        cores=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        python=platform.python_version(),
+        system=platform.system(),
+    )
 
 
 def fill_defaults(args: argparse.Namespace, quick: dict, full: dict) -> argparse.Namespace:
@@ -64,7 +73,8 @@ def fill_defaults(args: argparse.Namespace, quick: dict, full: dict) -> argparse
 
 
 def model_path(args: argparse.Namespace) -> Path:
-    """--model if given; else the tiny default model for --quick, the generated bench model otherwise."""
+    """--model if given; else the tiny default model for --quick, the generated bench model
+    otherwise."""
     if args.model:
         return Path(args.model)
     if args.quick:
@@ -75,5 +85,6 @@ def model_path(args: argparse.Namespace) -> Path:
 
 
 def load_average() -> float | None:
-    """The 1-minute load average: above the core count, other programs were competing for the CPU."""
+    """The 1-minute load average: above the core count, other programs were competing for the
+    CPU."""
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None

@@ -1,13 +1,14 @@
 """bench/floor.py — the memory floor of a decode step, and where a step's milliseconds go.
 
-A decode step of batch size 1 multiplies one row against every weight matrix, so it cannot be faster
-than the time it takes to read all the weights once from memory: weight bytes / streaming bandwidth.
-This module measures the pieces `python -m minillm bench` prints next to its throughput table:
+A decode step of batch size 1 multiplies one row against every weight matrix, so it cannot be
+faster than the time it takes to read all the weights once from memory: weight bytes / streaming
+bandwidth. This module measures the pieces `python -m minillm bench` prints next to its
+throughput table:
 
-- `stream_bandwidth`: the machine's streaming read bandwidth (a sum over a buffer far larger than
-  the CPU caches, best of a few runs);
-- `decode_weight_bytes`: the bytes one decode step reads (every weight matrix; the embedding table
-  only if the output layer shares it, since a lookup reads one row);
+- `stream_bandwidth`: the machine's streaming read bandwidth (a sum over a buffer far larger
+  than the CPU caches, best of a few runs);
+- `decode_weight_bytes`: the bytes one decode step reads (every weight matrix; the embedding
+  table only if the output layer shares it, since a lookup reads one row);
 - `step_times`: one `ModelRunner.forward` of a pure-decode batch against its number of rows, the
   figure that shows why batching pays (the weights are read once per step, whatever the rows);
 - `profile_decode_step`: a `torch.profiler` table of one decode step, by operator.
@@ -24,11 +25,14 @@ from minillm.model import Transformer
 from minillm.paged import PagedKVCache, num_blocks_for
 from minillm.runner import ModelRunner, build_batch
 
-STREAM_BYTES = 256 * 2**20  # 8x the 32 MB L3 of the machine the book was written on: memory, not cache
+STREAM_BYTES = (
+    256 * 2**20
+)  # 8x the 32 MB L3 of the machine the book was written on: memory, not cache
 
 
 def stream_bandwidth(num_bytes: int = STREAM_BYTES, repeats: int = 7) -> float:
-    """Bytes per second of a streaming read (torch's sum over a float32 buffer), best of `repeats`."""
+    """Bytes per second of a streaming read (torch's sum over a float32 buffer), best of
+    `repeats`."""
     buf = torch.ones(num_bytes // 4)
     buf.sum()  # first touch: page faults belong to no read
     best = min(_seconds(buf.sum) for _ in range(repeats))
@@ -36,7 +40,8 @@ def stream_bandwidth(num_bytes: int = STREAM_BYTES, repeats: int = 7) -> float:
 
 
 def decode_weight_bytes(model: Transformer) -> int:
-    """Bytes of weights a decode step reads: every parameter once (a tied head counted once), except an
+    """Bytes of weights a decode step reads: every parameter once (a tied head counted once),
+    except an
     untied embedding table, of which a lookup reads only the rows of the step's tokens."""
     seen, total = set(), 0
     skip = set() if model.cfg.tie_word_embeddings else {model.embed_tokens.weight.data_ptr()}
@@ -49,28 +54,41 @@ def decode_weight_bytes(model: Transformer) -> int:
 
 
 def decode_batch(model: Transformer, rows: int, context: int, block_size: int):
-    """A runner and a pure-decode batch: `rows` requests, each with `context` cached tokens, one new token each."""
+    """A runner and a pure-decode batch: `rows` requests, each with `context` cached tokens, one
+    new token each."""
     per_request = num_blocks_for(context + 1, block_size)
     runner = ModelRunner(model, PagedKVCache.for_model(model, rows * per_request, block_size))
     g = torch.Generator().manual_seed(rows)
     ids = torch.randint(0, model.cfg.vocab_size, (rows,), generator=g).tolist()
-    items = [([t], context, list(range(r * per_request, (r + 1) * per_request)), True) for r, t in enumerate(ids)]
-    return runner, build_batch(items, block_size)  # the cached K/V are zeros: their values do not change the time
+    items = [
+        ([t], context, list(range(r * per_request, (r + 1) * per_request)), True)
+        for r, t in enumerate(ids)
+    ]
+    return runner, build_batch(
+        items, block_size
+    )  # the cached K/V are zeros: their values do not change the time
 
 
-def step_times(model: Transformer, rows_list, context: int, block_size: int, repeats: int = 5) -> list[dict]:
+def step_times(
+    model: Transformer, rows_list, context: int, block_size: int, repeats: int = 5
+) -> list[dict]:
     """Median seconds of one decode forward (ModelRunner.forward) for each number of rows."""
     out = []
     for rows in rows_list:
         runner, batch = decode_batch(model, rows, context, block_size)
         runner.forward(batch)  # warm-up: allocations, kernel choice
-        seconds = statistics.median(_seconds(lambda: runner.forward(batch)) for _ in range(repeats))
+        seconds = statistics.median(
+            _seconds(lambda: runner.forward(batch)) for _ in range(repeats)
+        )
         out.append(dict(rows=rows, ms=seconds * 1e3))
     return out
 
 
-def profile_decode_step(model: Transformer, rows: int, context: int, block_size: int, row_limit: int = 12) -> str:
-    """A torch.profiler table of one decode forward of `rows` rows: operators by their own CPU time."""
+def profile_decode_step(
+    model: Transformer, rows: int, context: int, block_size: int, row_limit: int = 12
+) -> str:
+    """A torch.profiler table of one decode forward of `rows` rows: operators by their own CPU
+    time."""
     from torch.profiler import ProfilerActivity, profile
 
     runner, batch = decode_batch(model, rows, context, block_size)
@@ -81,10 +99,12 @@ def profile_decode_step(model: Transformer, rows: int, context: int, block_size:
 
 
 def record_forwards(engine) -> list[tuple[int, int, float]]:
-    """From now on, every `engine.runner.forward` appends (tokens, requests, seconds) to the returned list.
+    """From now on, every `engine.runner.forward` appends (tokens, requests, seconds) to the
+    returned list.
 
-    Timing the engine's own forwards, in the same run as its steps, pairs each step with its forward:
-    a separate measurement minutes later would differ by whatever else the machine did meanwhile."""
+    Timing the engine's own forwards, in the same run as its steps, pairs each step with its
+    forward: a separate measurement minutes later would differ by whatever else the machine
+    did meanwhile."""
     log, inner = [], engine.runner.forward
 
     def forward(batch):
@@ -97,28 +117,43 @@ def record_forwards(engine) -> list[tuple[int, int, float]]:
     return log
 
 
-def measure_floor(model: Transformer, levels, itls: dict, forwards: dict, context: int, block_size: int,
-                  aim_percent: float, floor_rounds: int = 5) -> tuple[dict, list[dict]]:
-    """Bandwidth, the bs-1 floor, one decode forward against its rows, and the engine's per-step overhead.
+def measure_floor(
+    model: Transformer,
+    levels,
+    itls: dict,
+    forwards: dict,
+    context: int,
+    block_size: int,
+    aim_percent: float,
+    floor_rounds: int = 5,
+) -> tuple[dict, list[dict]]:
+    """Bandwidth, the bs-1 floor, one decode forward against its rows, and the engine's per-step
+    overhead.
 
-    itls: for each concurrency, the engine's gaps between tokens in the timed runs (one step each: the
-    scheduling, batch building and sampling around the forward). forwards: for each concurrency, the
-    (tokens, requests, seconds) of the engine's forwards in those runs. The median gap minus the median
-    forward of a pure-decode step of c rows is what remains per-step overhead.
+    itls: for each concurrency, the engine's gaps between tokens in the timed runs (one step
+    each: the scheduling, batch building and sampling around the forward). forwards: for each
+    concurrency, the (tokens, requests, seconds) of the engine's forwards in those runs. The
+    median gap minus the median forward of a pure-decode step of c rows is what remains per-step
+    overhead.
     """
     weight_bytes = decode_weight_bytes(model)
     steps = step_times(model, levels, context, block_size)
     t1 = steps[0]["ms"]
     for s in steps:
         s["weights_gb_per_s"] = weight_bytes / (s["ms"] * 1e-3) / 1e9
-        s["ceiling"] = s["rows"] * t1 / s["ms"]  # what c requests per step can gain, at these step times
+        s["ceiling"] = (
+            s["rows"] * t1 / s["ms"]
+        )  # what c requests per step can gain, at these step times
         gaps = itls.get(s["rows"])
         decodes = [sec for n, b, sec in forwards.get(s["rows"], []) if n == b == s["rows"]]
         s["engine_step_ms"] = statistics.median(gaps) * 1e3 if gaps else None
         s["engine_forward_ms"] = statistics.median(decodes) * 1e3 if decodes else None
-        s["overhead_ms"] = s["engine_step_ms"] - s["engine_forward_ms"] if gaps and decodes else None
-    # The floor and the bs-1 step, measured in alternation: on a shared machine the bandwidth one gets
-    # changes from minute to minute, and a ratio of two numbers measured minutes apart would show that.
+        s["overhead_ms"] = (
+            s["engine_step_ms"] - s["engine_forward_ms"] if gaps and decodes else None
+        )
+    # The floor and the bs-1 step, measured in alternation: on a shared machine the bandwidth
+    # one gets changes from minute to minute, and a ratio of two numbers measured minutes apart
+    # would show that.
     runner, batch = decode_batch(model, 1, context, block_size)
     runner.forward(batch)
     pairs = []
@@ -130,12 +165,24 @@ def measure_floor(model: Transformer, levels, itls: dict, forwards: dict, contex
     forward_ms = statistics.median(f for _, f in pairs) * 1e3
     overhead_ms = steps[0]["overhead_ms"] or 0.0
     floor_ms = weight_bytes / bandwidth * 1e3
-    # each round's floor over that round's engine step (its forward plus the engine's per-step overhead)
-    percent = statistics.median(100 * (weight_bytes / b * 1e3) / (f * 1e3 + overhead_ms) for b, f in pairs)
-    floor = dict(bandwidth_gb_per_s=bandwidth / 1e9, threads=torch.get_num_threads(), weight_bytes=weight_bytes,
-                 floor_ms=floor_ms, forward_ms=forward_ms, overhead_ms=overhead_ms,
-                 engine_decode_ms=forward_ms + overhead_ms, percent_of_floor=percent,
-                 aim_percent=aim_percent, context=context, rounds=floor_rounds)
+    # each round's floor over that round's engine step (its forward plus the engine's per-step
+    # overhead)
+    percent = statistics.median(
+        100 * (weight_bytes / b * 1e3) / (f * 1e3 + overhead_ms) for b, f in pairs
+    )
+    floor = dict(
+        bandwidth_gb_per_s=bandwidth / 1e9,
+        threads=torch.get_num_threads(),
+        weight_bytes=weight_bytes,
+        floor_ms=floor_ms,
+        forward_ms=forward_ms,
+        overhead_ms=overhead_ms,
+        engine_decode_ms=forward_ms + overhead_ms,
+        percent_of_floor=percent,
+        aim_percent=aim_percent,
+        context=context,
+        rounds=floor_rounds,
+    )
     return floor, steps
 
 

@@ -1,10 +1,11 @@
 """bench/forms.py — one projection computed each way, for 1 to 16 rows, on 1 and on 2 threads.
 
-A decode step's projections have a handful of rows, so each is bound by reading its weight: weight
-bytes / time is the number to compare with the machine's streaming bandwidth. Three forms:
+A decode step's projections have a handful of rows, so each is bound by reading its weight:
+weight bytes / time is the number to compare with the machine's streaming bandwidth. Three
+forms:
 
-- `F.linear`: MKL's product on the plain [out, in] weight. One row is a matrix-vector product, which
-  runs on one core; 2 to 16 rows repack the weight on every call.
+- `F.linear`: MKL's product on the plain [out, in] weight. One row is a matrix-vector product,
+  which runs on one core; 2 to 16 rows repack the weight on every call.
 - `weight @ x.T`: the weight as the long left operand, the form the engine used before packing.
 - `packed`: `minillm.model.linear`, oneDNN's linear on the weight packed once into blocks.
 
@@ -29,7 +30,8 @@ FORMS = {
 
 
 def best_seconds(fn, budget_s: float) -> float:
-    """The best of repeated calls for about budget_s seconds (at least 3 calls), after a warm-up."""
+    """The best of repeated calls for about budget_s seconds (at least 3 calls), after a
+    warm-up."""
     fn()
     best, spent, n = float("inf"), 0.0, 0
     while spent < budget_s or n < 3:
@@ -41,15 +43,19 @@ def best_seconds(fn, budget_s: float) -> float:
 
 
 @torch.no_grad()
-def form_times(shapes: dict, rows_list, threads_list, budget_s: float = 0.1,
-               seed: int = 0) -> list[dict]:
-    """For each (name: (out, in)), thread count and row count, every form's best time and GB/s."""
+def form_times(
+    shapes: dict, rows_list, threads_list, budget_s: float = 0.1, seed: int = 0
+) -> list[dict]:
+    """For each (name: (out, in)), thread count and row count, every form's best time and
+    GB/s."""
     before = torch.get_num_threads()
     g = torch.Generator().manual_seed(seed)
     out = []
     try:
         for name, (n_out, n_in) in shapes.items():
-            w = nn.Parameter(torch.randn(n_out, n_in, generator=g))  # `linear` packs a Parameter
+            w = nn.Parameter(
+                torch.randn(n_out, n_in, generator=g)
+            )  # `linear` packs a Parameter
             gb = w.numel() * w.element_size() / 1e9
             for threads in threads_list:
                 torch.set_num_threads(threads)
@@ -60,8 +66,9 @@ def form_times(shapes: dict, rows_list, threads_list, budget_s: float = 0.1,
                     for form, fn in FORMS.items():
                         err = (fn(x, w) - ref).abs().max().item()
                         if err > 1e-3 * max(1.0, ref.abs().max().item()):
-                            raise AssertionError(f"{form} differs from F.linear by {err:.2e} "
-                                                 f"on {name}")
+                            raise AssertionError(
+                                f"{form} differs from F.linear by {err:.2e} on {name}"
+                            )
                         s = best_seconds(lambda: fn(x, w), budget_s)
                         row[form] = dict(ms=s * 1e3, gb_per_s=gb / s)
                     out.append(row)

@@ -1,10 +1,14 @@
-"""bench/report.py — the tables `python -m minillm bench` prints (the measuring is in bench*.py)."""
+"""bench/report.py — the tables `python -m minillm bench` prints (the measuring is in
+bench*.py)."""
 
 from __future__ import annotations
 
 
-def print_table(base: float, rows: list[dict], latency_ratio: float, latency_target: float) -> None:
-    """Throughput vs concurrency, each ratio to one-at-a-time, and the targets judged on those ratios."""
+def print_table(
+    base: float, rows: list[dict], latency_ratio: float, latency_target: float
+) -> None:
+    """Throughput vs concurrency, each ratio to one-at-a-time, and the targets judged on those
+    ratios."""
     hf = "hf_tokens_per_s" in rows[0]
     head = f"{'concurrency':>11} | {'engine tok/s':>12} | {'vs (a)':>7} | {'target':>7}"
     if hf:
@@ -19,22 +23,38 @@ def print_table(base: float, rows: list[dict], latency_ratio: float, latency_tar
             line += f" | {r['hf_tokens_per_s']:>17.1f} | {r['hf_vs_one_at_a_time']:>6.2f}x | {r['engine_vs_hf']:>8.2f}x"
         print(line + (mark if r["target"] else ""))
     verdict = "ok" if latency_ratio <= latency_target else "MISS"
-    print(f"single-request latency, engine at concurrency 1 / (a): {latency_ratio:.3f}x "
-          f"(median over requests; target <= {latency_target}x) {verdict}\n")
+    print(
+        f"single-request latency, engine at concurrency 1 / (a): {latency_ratio:.3f}x "
+        f"(median over requests; target <= {latency_target}x) {verdict}\n"
+    )
 
 
 def print_floor(floor: dict, steps: list[dict]) -> None:
     """The memory floor of a bs-1 decode step, and one step's time against its rows."""
-    print(f"streaming read bandwidth: {floor['bandwidth_gb_per_s']:.1f} GB/s ({floor['threads']} torch threads); "
-          f"a decode step reads {floor['weight_bytes'] / 1e6:.0f} MB of weights")
+    print(
+        f"streaming read bandwidth: {floor['bandwidth_gb_per_s']:.1f} GB/s "
+        f"({floor['threads']} torch threads); "
+        f"a decode step reads {floor['weight_bytes'] / 1e6:.0f} MB of weights"
+    )
     verdict = "ok" if floor["percent_of_floor"] >= floor["aim_percent"] else "MISS"
-    print(f"bs-1 decode floor: {floor['floor_ms']:.1f} ms per token (weight bytes / bandwidth); the engine's bs-1 "
-          f"decode step: {floor['engine_decode_ms']:.1f} ms (forward {floor['forward_ms']:.1f} + overhead "
-          f"{floor['overhead_ms']:.1f}) = {floor['percent_of_floor']:.0f}% of the floor's speed (aim >= "
-          f"{floor['aim_percent']}%; median of {floor['rounds']} rounds, bandwidth and step measured in turn) {verdict}")
-    print("\none decode step against its rows (weights are read once per step, whatever the rows):")
-    head = (f"{'rows':>4} | {'forward ms':>10} | {'weights GB/s':>12} | {'c x t(1)/t(c)':>13} || "
-            f"{'engine step ms':>14} | {'its forward ms':>14} | {'overhead ms':>11}")
+    print(
+        f"bs-1 decode floor: {floor['floor_ms']:.1f} ms per token (weight bytes / bandwidth); "
+        "the engine's bs-1 "
+        f"decode step: {floor['engine_decode_ms']:.1f} ms (forward {floor['forward_ms']:.1f} "
+        "+ overhead "
+        f"{floor['overhead_ms']:.1f}) = {floor['percent_of_floor']:.0f}% of the floor's speed "
+        "(aim >= "
+        f"{floor['aim_percent']}%; median of {floor['rounds']} rounds, bandwidth and step "
+        f"measured in turn) {verdict}"
+    )
+    print(
+        "\none decode step against its rows (weights are read once per step, whatever the "
+        "rows):"
+    )
+    head = (
+        f"{'rows':>4} | {'forward ms':>10} | {'weights GB/s':>12} | {'c x t(1)/t(c)':>13} || "
+        f"{'engine step ms':>14} | {'its forward ms':>14} | {'overhead ms':>11}"
+    )
     print(head + "\n" + "-" * len(head))
 
     def cell(value, width):
@@ -43,35 +63,60 @@ def print_floor(floor: dict, steps: list[dict]) -> None:
     for s in steps:
         aim = s.get("aim")
         ratio = s["ms"] / steps[0]["ms"]
-        verdict = "" if not aim else (f"  t({s['rows']})/t(1) = {ratio:.2f} (aim <= {aim}) "
-                                      + ("ok" if ratio <= aim else "MISS"))
-        print(f"{s['rows']:>4} | {s['ms']:>10.1f} | {s['weights_gb_per_s']:>12.1f} | {s['ceiling']:>12.2f}x || "
-              f"{cell(s.get('engine_step_ms'), 14)} | {cell(s.get('engine_forward_ms'), 14)} | "
-              f"{cell(s.get('overhead_ms'), 11)}{verdict}")
-    print("c x t(1)/t(c): the most batching c requests can gain over one at a time at these step\n"
-          "times (c if a step of c rows cost what a step of 1 does; a ceiling only while\n"
-          "t(c) >= t(1)). Right: the engine's median step (gap between tokens) at\n"
-          "concurrency c, the median of its own pure-decode forwards in the same runs, and the difference.\n")
+        verdict = (
+            ""
+            if not aim
+            else (
+                f"  t({s['rows']})/t(1) = {ratio:.2f} (aim <= {aim}) "
+                + ("ok" if ratio <= aim else "MISS")
+            )
+        )
+        print(
+            f"{s['rows']:>4} | {s['ms']:>10.1f} | {s['weights_gb_per_s']:>12.1f} | "
+            f"{s['ceiling']:>12.2f}x || "
+            f"{cell(s.get('engine_step_ms'), 14)} | {cell(s.get('engine_forward_ms'), 14)} | "
+            f"{cell(s.get('overhead_ms'), 11)}{verdict}"
+        )
+    print(
+        "c x t(1)/t(c): the most batching c requests can gain over one at a time at these "
+        "step\n"
+        "times (c if a step of c rows cost what a step of 1 does; a ceiling only while\n"
+        "t(c) >= t(1)). Right: the engine's median step (gap between tokens) at\n"
+        "concurrency c, the median of its own pure-decode forwards in the same runs, and the "
+        "difference.\n"
+    )
 
 
 def print_mixed(mixed: dict) -> None:
     """The mixed workload: the engine against transformers' static batches."""
     w = mixed["workload"]
-    print(f"mixed workload: {w['requests']} requests, prompts of {w['prompt_lens'][0]}-{w['prompt_lens'][1]} "
-          f"tokens, max_tokens {w['max_tokens'][0]}-{w['max_tokens'][1]} drawn per request "
-          f"({mixed['useful_output_tokens']} output tokens), concurrency {w['concurrency']}")
+    print(
+        f"mixed workload: {w['requests']} requests, prompts of "
+        f"{w['prompt_lens'][0]}-{w['prompt_lens'][1]} "
+        f"tokens, max_tokens {w['max_tokens'][0]}-{w['max_tokens'][1]} drawn per request "
+        f"({mixed['useful_output_tokens']} output tokens), concurrency {w['concurrency']}"
+    )
     print(f"  engine (continuous batching): {mixed['engine_tokens_per_s']:.1f} output tokens/s")
     if "hf_tokens_per_s" in mixed:
         pad = mixed["padding"]
         verdict = "ok" if mixed["engine_vs_hf"] >= mixed["aim"] else "MISS"
-        print(f"  transformers generate (static batches of {w['concurrency']}, left-padded): "
-              f"{mixed['hf_tokens_per_s']:.1f} output tokens/s; it computes {pad['output_positions']} output "
-              f"positions for {pad['useful_output_tokens']} wanted, {pad['prompt_positions']} prompt positions "
-              f"for {pad['useful_prompt_tokens']}")
-        print(f"  engine / transformers: {mixed['engine_vs_hf']:.2f}x (aim >= {mixed['aim']:.0f}x) {verdict}")
+        print(
+            f"  transformers generate (static batches of {w['concurrency']}, left-padded): "
+            f"{mixed['hf_tokens_per_s']:.1f} output tokens/s; it computes "
+            f"{pad['output_positions']} output "
+            f"positions for {pad['useful_output_tokens']} wanted, {pad['prompt_positions']} "
+            "prompt positions "
+            f"for {pad['useful_prompt_tokens']}"
+        )
+        print(
+            f"  engine / transformers: {mixed['engine_vs_hf']:.2f}x (aim >= "
+            f"{mixed['aim']:.0f}x) {verdict}"
+        )
     if "hf_packed_tokens_per_s" in mixed:
-        print("  transformers generate with the engine's packed projections: "
-              f"{mixed['hf_packed_tokens_per_s']:.1f} output tokens/s; engine / it: "
-              f"{mixed['engine_vs_hf_packed']:.2f}x (scheduling alone; the rest of the gain over "
-              "transformers as a user runs it is the kernels)")
+        print(
+            "  transformers generate with the engine's packed projections: "
+            f"{mixed['hf_packed_tokens_per_s']:.1f} output tokens/s; engine / it: "
+            f"{mixed['engine_vs_hf_packed']:.2f}x (scheduling alone; the rest of the gain over "
+            "transformers as a user runs it is the kernels)"
+        )
     print()

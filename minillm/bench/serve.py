@@ -1,20 +1,22 @@
 """bench/serve.py — load-test an OpenAI-compatible server the way `vllm bench serve` does.
 
-    python -m minillm bench-serve                          # launches a server on the bench model, then stops it
-    python -m minillm bench-serve --base-url http://127.0.0.1:8000/v1 --model PATH
-    python -m minillm bench-serve --request-rate 2,4,8,inf --num-prompts 64    # a sweep
+    python -m minillm bench-serve                          # launches a server on the bench
+    model, then stops it python -m minillm bench-serve --base-url http://127.0.0.1:8000/v1
+    --model PATH python -m minillm bench-serve --request-rate 2,4,8,inf --num-prompts 64    # a
+    sweep
 
 Each request is a prompt of `--random-input-len` seeded random token ids asking for exactly
-`--random-output-len` tokens (EOS ignored), streamed through the official `openai` client. Arrivals are
-open-loop: a Poisson process at `--request-rate` requests/s (inf: all at once), never more than
-`--max-concurrency` in flight, and the generator never waits for answers before sending the next
-request, as a real crowd of clients would not. Per request we time every streamed chunk:
-TTFT (first token), TPOT ((last - first) / (tokens - 1)) and ITL (every gap between tokens).
+`--random-output-len` tokens (EOS ignored), streamed through the official `openai` client.
+Arrivals are open-loop: a Poisson process at `--request-rate` requests/s (inf: all at once),
+never more than `--max-concurrency` in flight, and the generator never waits for answers before
+sending the next request, as a real crowd of clients would not. Per request we time every
+streamed chunk: TTFT (first token), TPOT ((last - first) / (tokens - 1)) and ITL (every gap
+between tokens).
 
-The same workload also runs through the offline engine in this process (`LLMEngine.generate`, all
-requests queued, at most `--max-concurrency` running), its rounds alternating with the server's
-rounds of the first rate (the server sits idle meanwhile), so the cost of the HTTP layer is one
-number: the server's output throughput over the offline engine's.
+The same workload also runs through the offline engine in this process (`LLMEngine.generate`,
+all requests queued, at most `--max-concurrency` running), its rounds alternating with the
+server's rounds of the first rate (the server sits idle meanwhile), so the cost of the HTTP
+layer is one number: the server's output throughput over the offline engine's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minillm.bench.server_process import LaunchedServer  # bench-serve launches its server with it
+from minillm.bench.server_process import (
+    LaunchedServer,
+)  # bench-serve launches its server with it
 
 
 @dataclass
@@ -63,8 +67,14 @@ async def one_request(client, model: str, prompt: list[int], max_tokens: int) ->
     times, n = [], 0
     try:
         stream = await client.completions.create(
-            model=model, prompt=prompt, max_tokens=max_tokens, temperature=0.0, stream=True,
-            stream_options={"include_usage": True}, extra_body={"ignore_eos": True, "return_token_ids": True})
+            model=model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
         async for chunk in stream:
             if chunk.choices:
                 got = len(getattr(chunk.choices[0], "token_ids", None) or [])
@@ -77,20 +87,36 @@ async def one_request(client, model: str, prompt: list[int], max_tokens: int) ->
         return RequestResult(False, error=f"{type(e).__name__}: {e}")
     if not times:
         return RequestResult(False, error="no tokens came back")
-    return RequestResult(True, times[0] - start, times[-1] - start, [b - a for a, b in zip(times, times[1:])], n)
+    return RequestResult(
+        True, times[0] - start, times[-1] - start, [b - a for a, b in zip(times, times[1:])], n
+    )
 
 
-async def run_load(base_url: str, model: str, prompts, max_tokens: int, rate: float, max_concurrency: int,
-                   seed: int, api_key: str | None, progress: bool = True,
-                   warmup: bool = True) -> tuple[list[RequestResult], float]:
-    """Send every prompt (Poisson arrivals at `rate`, at most max_concurrency in flight); (results, seconds)."""
+async def run_load(
+    base_url: str,
+    model: str,
+    prompts,
+    max_tokens: int,
+    rate: float,
+    max_concurrency: int,
+    seed: int,
+    api_key: str | None,
+    progress: bool = True,
+    warmup: bool = True,
+) -> tuple[list[RequestResult], float]:
+    """Send every prompt (Poisson arrivals at `rate`, at most max_concurrency in flight);
+    (results, seconds)."""
     import openai
     from tqdm.auto import tqdm
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "none", max_retries=0, timeout=600)
+    client = openai.AsyncOpenAI(
+        base_url=base_url, api_key=api_key or "none", max_retries=0, timeout=600
+    )
     rng = random.Random(seed)
     gate = asyncio.Semaphore(max_concurrency)
-    bar = tqdm(total=len(prompts), desc=f"rate {rate:g} req/s", unit="req", disable=not progress)
+    bar = tqdm(
+        total=len(prompts), desc=f"rate {rate:g} req/s", unit="req", disable=not progress
+    )
 
     async def limited(p):
         async with gate:
@@ -98,13 +124,16 @@ async def run_load(base_url: str, model: str, prompts, max_tokens: int, rate: fl
         bar.update(1)
         return r
 
-    if warmup:  # one unmeasured round of the same shapes: first calls of torch kernels are slow on CPU
+    if (
+        warmup
+    ):  # one unmeasured round of the same shapes: first calls of torch kernels are slow on CPU
         warm = asyncio.Semaphore(max_concurrency)
 
         async def unmeasured(p):
             async with warm:
                 return await one_request(client, model, p, max_tokens)
-        await asyncio.gather(*(unmeasured(p) for p in prompts[:2 * max_concurrency]))
+
+        await asyncio.gather(*(unmeasured(p) for p in prompts[: 2 * max_concurrency]))
     start = time.perf_counter()
     tasks = []
     for p in prompts:
@@ -122,21 +151,35 @@ def summarize(results: list[RequestResult], seconds: float, input_len: int) -> d
     ok = [r for r in results if r.ok]
     out = sum(r.output_tokens for r in ok)
     ttft = [r.ttft * 1e3 for r in ok]
-    tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 for r in ok if r.output_tokens > 1]
+    tpot = [
+        (r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 for r in ok if r.output_tokens > 1
+    ]
     itl = [x * 1e3 for r in ok for x in r.itl]
-    row = {"completed": len(ok), "failed": len(results) - len(ok), "duration_s": seconds,
-           "request_throughput": len(ok) / seconds, "output_throughput": out / seconds,
-           "total_token_throughput": (out + input_len * len(ok)) / seconds}
+    row = {
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "duration_s": seconds,
+        "request_throughput": len(ok) / seconds,
+        "output_throughput": out / seconds,
+        "total_token_throughput": (out + input_len * len(ok)) / seconds,
+    }
     for name, xs in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl)):
-        row[name] = {"mean": statistics.fmean(xs) if xs else float("nan"), "p50": percentile(xs, 50),
-                     "p90": percentile(xs, 90), "p99": percentile(xs, 99)}
+        row[name] = {
+            "mean": statistics.fmean(xs) if xs else float("nan"),
+            "p50": percentile(xs, 50),
+            "p90": percentile(xs, 90),
+            "p99": percentile(xs, 99),
+        }
     row["errors"] = sorted({r.error for r in results if not r.ok})[:3]
     return row
 
 
 def print_summary(rate: float, concurrency: int, row: dict, offline: dict | None) -> None:
     line = "=" * 56
-    print(f"{line}\n serving benchmark: request rate {rate:g} req/s, max concurrency {concurrency}\n{line}")
+    print(
+        f"{line}\n serving benchmark: request rate {rate:g} req/s, max concurrency "
+        f"{concurrency}\n{line}"
+    )
     print(f"{'successful requests:':<36}{row['completed']:>12}")
     if row["failed"]:
         print(f"{'failed requests:':<36}{row['failed']:>12}  {row['errors']}")
@@ -144,16 +187,26 @@ def print_summary(rate: float, concurrency: int, row: dict, offline: dict | None
     print(f"{'request throughput (req/s):':<36}{row['request_throughput']:>12.2f}")
     print(f"{'output token throughput (tok/s):':<36}{row['output_throughput']:>12.1f}")
     if offline is not None:
-        print(f"{'  offline engine, same workload:':<36}{offline['output_throughput']:>12.1f}   "
-              f"(server / offline = {row['output_throughput'] / offline['output_throughput']:.2f})")
+        print(
+            f"{'  offline engine, same workload:':<36}{offline['output_throughput']:>12.1f}   "
+            "(server / offline = "
+            f"{row['output_throughput'] / offline['output_throughput']:.2f})"
+        )
     if "engine_steps" in row:
-        print(f"{'engine steps, median step (ms):':<36}{row['engine_steps']:>12}{row['engine_step_ms_p50']:>9.1f}"
-              f"   (busy {row['engine_busy']:.0%} of the run)")
+        print(
+            f"{'engine steps, median step (ms):':<36}{row['engine_steps']:>12}{row['engine_step_ms_p50']:>9.1f}"
+            f"   (busy {row['engine_busy']:.0%} of the run)"
+        )
         if offline is not None:
-            print(f"{'  offline engine:':<36}{offline['engine_steps']:>12}{offline['engine_step_ms_p50']:>9.1f}")
+            print(
+                f"{'  offline engine:':<36}{offline['engine_steps']:>12}{offline['engine_step_ms_p50']:>9.1f}"
+            )
     print(f"{'total token throughput (tok/s):':<36}{row['total_token_throughput']:>12.1f}")
-    for name, title in (("ttft_ms", "time to first token"), ("tpot_ms", "time per output token"),
-                        ("itl_ms", "inter-token latency")):
+    for name, title in (
+        ("ttft_ms", "time to first token"),
+        ("tpot_ms", "time per output token"),
+        ("itl_ms", "inter-token latency"),
+    ):
         m = row[name]
         print(f"{'-' * 18} {title} (ms) {'-' * (32 - len(title))}")
         print("   " + "   ".join(f"{k} {m[k]:8.2f}" for k in ("mean", "p50", "p90", "p99")))
@@ -161,11 +214,13 @@ def print_summary(rate: float, concurrency: int, row: dict, offline: dict | None
 
 
 def in_a_thread(fn, *args):
-    """fn(*args) run in a new thread, as the server runs its engine: the two then differ only in the HTTP layer.
+    """fn(*args) run in a new thread, as the server runs its engine: the two then differ only in
+    the HTTP layer.
 
-    It matters on a loaded machine: with more runnable threads than cores, torch's OpenMP work called from
-    a process's main thread was measured several times slower per step than the same work from another
-    thread (1.9 s against 0.26 s for a decode step of 8 on the bench model, 2 shared cores, load 10)."""
+    It matters on a loaded machine: with more runnable threads than cores, torch's OpenMP
+    work called from a process's main thread was measured several times slower per step than
+    the same work from another thread (1.9 s against 0.26 s for a decode step of 8 on the
+    bench model, 2 shared cores, load 10)."""
     box = {}
 
     def run():
@@ -173,6 +228,7 @@ def in_a_thread(fn, *args):
             box["value"] = fn(*args)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = e
+
     t = threading.Thread(target=run, name="minillm-offline")
     t.start()
     t.join()
@@ -182,18 +238,20 @@ def in_a_thread(fn, *args):
 
 
 def make_offline_engine(model_path: Path, prompts, max_tokens: int, max_num_seqs: int):
-    """The offline engine the server's numbers are compared with, configured and warmed up like the server's."""
+    """The offline engine the server's numbers are compared with, configured and warmed up like
+    the server's."""
     from minillm.engine import LLMEngine
     from minillm.sampling import SamplingParams
 
     engine = LLMEngine(model_path, max_num_seqs=max_num_seqs, max_num_batched_tokens=512)
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-    in_a_thread(lambda: engine.generate(prompts[:2 * max_num_seqs], params, progress=False))
+    in_a_thread(lambda: engine.generate(prompts[: 2 * max_num_seqs], params, progress=False))
     return engine
 
 
 def run_offline(engine, prompts, max_tokens: int) -> tuple[float, list[float]]:
-    """(output tokens/s, each step's seconds) of the engine on the same prompts, all queued at once, in
+    """(output tokens/s, each step's seconds) of the engine on the same prompts, all queued at
+    once, in
     an engine thread; the same loop as `generate`, with each step timed."""
     from minillm.sampling import SamplingParams
 
@@ -208,6 +266,7 @@ def run_offline(engine, prompts, max_tokens: int) -> tuple[float, list[float]]:
             produced += len(engine.step())
             steps.append(time.perf_counter() - t)
         return produced / (time.perf_counter() - start), steps
+
     return in_a_thread(timed)
 
 
@@ -215,7 +274,9 @@ def server_steps(root_url: str, since: int, api_key: str | None = None) -> list[
     """The seconds of every step the server ran after step `since` (from its /step_log)."""
     import httpx
 
-    log = httpx.get(root_url + "/step_log", params={"last": 100_000}, timeout=30).json()["steps"]
+    log = httpx.get(root_url + "/step_log", params={"last": 100_000}, timeout=30).json()[
+        "steps"
+    ]
     return [s["seconds"] for s in log if s["step"] > since]
 
 
@@ -238,48 +299,109 @@ def main(args) -> int:
     prompts = make_prompts(args.num_prompts, args.random_input_len, vocab, args.seed)
     server = None
     if args.base_url is None:
-        server = LaunchedServer(model, max_num_seqs=args.max_concurrency, api_key=args.api_key).wait_ready()
+        server = LaunchedServer(
+            model, max_num_seqs=args.max_concurrency, api_key=args.api_key
+        ).wait_ready()
         base = server.url + "/v1"
         print(f"launched `python -m minillm serve --model {model}` on {server.url}")
     else:
         base = args.base_url
     rows, offline_runs, offline = [], [], None
     try:
-        engine = make_offline_engine(Path(model), prompts, args.random_output_len, args.max_concurrency) \
-            if args.offline else None
+        engine = (
+            make_offline_engine(
+                Path(model), prompts, args.random_output_len, args.max_concurrency
+            )
+            if args.offline
+            else None
+        )
         root = base[:-3] if base.endswith("/v1") else base
         for i, rate in enumerate(args.request_rate):
             runs = []
             for r in range(args.repeats):
-                if i == 0 and r == 0:  # one unmeasured round first, for the server's first-call costs
-                    asyncio.run(run_load(base, name, prompts[:2 * args.max_concurrency], args.random_output_len,
-                                         math.inf, args.max_concurrency, args.seed, args.api_key, progress=False,
-                                         warmup=False))
+                if (
+                    i == 0 and r == 0
+                ):  # one unmeasured round first, for the server's first-call costs
+                    asyncio.run(
+                        run_load(
+                            base,
+                            name,
+                            prompts[: 2 * args.max_concurrency],
+                            args.random_output_len,
+                            math.inf,
+                            args.max_concurrency,
+                            args.seed,
+                            args.api_key,
+                            progress=False,
+                            warmup=False,
+                        )
+                    )
                 since = num_server_steps(root)
-                results, seconds = asyncio.run(run_load(base, name, prompts, args.random_output_len, rate,
-                                                        args.max_concurrency, args.seed, args.api_key, warmup=False))
+                results, seconds = asyncio.run(
+                    run_load(
+                        base,
+                        name,
+                        prompts,
+                        args.random_output_len,
+                        rate,
+                        args.max_concurrency,
+                        args.seed,
+                        args.api_key,
+                        warmup=False,
+                    )
+                )
                 steps = server_steps(root, since)
-                runs.append({"request_rate": rate, **summarize(results, seconds, args.random_input_len),
-                             "engine_steps": len(steps), "engine_step_ms_p50": percentile(steps, 50) * 1e3,
-                             "engine_busy": sum(steps) / seconds})
-                if engine is not None and i == 0:  # alternate with the server's rounds: drift hits both alike
+                runs.append(
+                    {
+                        "request_rate": rate,
+                        **summarize(results, seconds, args.random_input_len),
+                        "engine_steps": len(steps),
+                        "engine_step_ms_p50": percentile(steps, 50) * 1e3,
+                        "engine_busy": sum(steps) / seconds,
+                    }
+                )
+                if (
+                    engine is not None and i == 0
+                ):  # alternate with the server's rounds: drift hits both alike
                     tps, off_steps = run_offline(engine, prompts, args.random_output_len)
-                    offline_runs.append({"output_throughput": tps, "engine_steps": len(off_steps),
-                                         "engine_step_ms_p50": percentile(off_steps, 50) * 1e3})
-            rows.append(sorted(runs, key=lambda row: row["output_throughput"])[len(runs) // 2])  # the median round
+                    offline_runs.append(
+                        {
+                            "output_throughput": tps,
+                            "engine_steps": len(off_steps),
+                            "engine_step_ms_p50": percentile(off_steps, 50) * 1e3,
+                        }
+                    )
+            rows.append(
+                sorted(runs, key=lambda row: row["output_throughput"])[len(runs) // 2]
+            )  # the median round
     finally:
         if server is not None:
             server.stop()
     if offline_runs:
-        offline = sorted(offline_runs, key=lambda o: o["output_throughput"])[len(offline_runs) // 2]
-    for i, row in enumerate(rows):  # the offline engine ran next to the first rate's rounds only
-        print_summary(row["request_rate"], args.max_concurrency, row, offline if i == 0 else None)
+        offline = sorted(offline_runs, key=lambda o: o["output_throughput"])[
+            len(offline_runs) // 2
+        ]
+    for i, row in enumerate(
+        rows
+    ):  # the offline engine ran next to the first rate's rounds only
+        print_summary(
+            row["request_rate"], args.max_concurrency, row, offline if i == 0 else None
+        )
     if args.save:
-        info = {"model": str(model), "num_prompts": args.num_prompts, "input_len": args.random_input_len,
-                "output_len": args.random_output_len, "max_concurrency": args.max_concurrency,
-                "offline": offline, "offline_rounds": offline_runs, "repeats": args.repeats,
-                "cpu_count": os.cpu_count(),
-                "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
+        info = {
+            "model": str(model),
+            "num_prompts": args.num_prompts,
+            "input_len": args.random_input_len,
+            "output_len": args.random_output_len,
+            "max_concurrency": args.max_concurrency,
+            "offline": offline,
+            "offline_rounds": offline_runs,
+            "repeats": args.repeats,
+            "cpu_count": os.cpu_count(),
+            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        }
         args.save.parent.mkdir(parents=True, exist_ok=True)
-        args.save.write_text(json.dumps({"workload": info, "runs": rows}, indent=1, default=str))
+        args.save.write_text(
+            json.dumps({"workload": info, "runs": rows}, indent=1, default=str)
+        )
     return 0 if all(r["failed"] == 0 for r in rows) else 1

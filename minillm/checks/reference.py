@@ -1,4 +1,5 @@
-"""checks/reference.py — the external reference: Hugging Face transformers' model (Qwen3ForCausalLM or
+"""checks/reference.py — the external reference: Hugging Face transformers' model
+(Qwen3ForCausalLM or
 LlamaForCausalLM, as config.json says) on the same folder.
 
 Every parity claim in the book compares minillm against this, on the same checkpoint files.
@@ -23,7 +24,9 @@ def hf_model(path: str, dtype: torch.dtype = torch.float32, device: str = "cpu")
 
 
 @torch.no_grad()
-def hf_logits(path, token_ids: list[int], dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
+def hf_logits(
+    path, token_ids: list[int], dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> torch.Tensor:
     """Logits [T, V] of transformers' model for one sequence."""
     model = hf_model(str(path), dtype, device)
     return model(torch.tensor([token_ids], device=device)).logits[0]
@@ -31,10 +34,18 @@ def hf_logits(path, token_ids: list[int], dtype: torch.dtype = torch.float32, de
 
 @torch.no_grad()
 def hf_generate(path, token_ids: list[int], max_new_tokens: int) -> list[int]:
-    """Greedy continuation by transformers' generate (fp32, CPU); stops at max_new_tokens only."""
+    """Greedy continuation by transformers' generate (fp32, CPU); stops at max_new_tokens
+    only."""
     model = hf_model(str(path))
     ids = torch.tensor([token_ids])
-    # An explicit all-ones mask: without one, generate masks out every prompt token equal to pad_token_id.
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                         min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
-    return out[0, len(token_ids):].tolist()
+    # An explicit all-ones mask: without one, generate masks out every prompt token equal to
+    # pad_token_id.
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+    )
+    return out[0, len(token_ids) :].tolist()

@@ -1,4 +1,5 @@
-"""`python -m minillm ...`: the command line (demo, doctor, check, bench, serve, bench-serve)."""
+"""`python -m minillm ...`: the command line (demo, doctor, check, bench, serve,
+bench-serve)."""
 
 from minillm.cli.commands import main
 

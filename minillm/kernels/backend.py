@@ -1,9 +1,10 @@
-"""backend.py — the Triton kernels as an attention backend: the same seam, the same metadata, other code.
+"""backend.py — the Triton kernels as an attention backend: the same seam, the same metadata,
+other code.
 
-`TritonAttention` is chapter 4's `PagedAttention` (its checks, its padded block tables) whose `attend`
-writes K/V with `reshape_and_cache_kernel` and attends with `paged_attention_kernel`, one launch each
-per layer for the whole mixed batch: no per-request loop. A step of decodes only takes the
-flash-decoding kernels of split_decode.py instead (segments of the context, merged).
+`TritonAttention` is chapter 4's `PagedAttention` (its checks, its padded block tables) whose
+`attend` writes K/V with `reshape_and_cache_kernel` and attends with `paged_attention_kernel`,
+one launch each per layer for the whole mixed batch: no per-request loop. A step of decodes only
+takes the flash-decoding kernels of split_decode.py instead (segments of the context, merged).
 """
 
 from __future__ import annotations
@@ -18,41 +19,86 @@ from minillm.paged import PagedAttention, PagedKVCache
 
 
 class TritonAttention(PagedAttention):
-    """Built once per forward from the step's metadata, like PagedAttention (same arguments, same checks)."""
+    """Built once per forward from the step's metadata, like PagedAttention (same arguments,
+    same checks)."""
 
-    def __init__(self, kv: PagedKVCache, block_tables, seq_lens, query_start_loc, slot_mapping=None):
+    def __init__(
+        self, kv: PagedKVCache, block_tables, seq_lens, query_start_loc, slot_mapping=None
+    ):
         if kv.device.type == "cpu" and not interpreting():
-            raise ValueError("the Triton backend got a cache on the CPU, but Triton is compiling for a GPU here "
-                             "(TRITON_INTERPRET is not set): put the model on CUDA, or set TRITON_INTERPRET=1 "
-                             "before anything imports triton to run the kernels in Triton's interpreter")
+            raise ValueError(
+                "the Triton backend got a cache on the CPU, but Triton is compiling for a GPU "
+                "here "
+                "(TRITON_INTERPRET is not set): put the model on CUDA, or set "
+                "TRITON_INTERPRET=1 "
+                "before anything imports triton to run the kernels in Triton's interpreter"
+            )
         super().__init__(kv, block_tables, seq_lens, query_start_loc, slot_mapping)
         device = kv.device
         self.seq_lens_t = torch.tensor(self.seq_lens, dtype=torch.long, device=device)  # [B]
-        self.query_start_loc_t = torch.tensor(self.query_start_loc, dtype=torch.long, device=device)  # [B+1]
-        self.max_query_len = max(b - a for a, b in zip(self.query_start_loc, self.query_start_loc[1:]))
-        self.max_seq_len = max(self.seq_lens)  # sizes the segment axis of the flash-decoding grid
+        self.query_start_loc_t = torch.tensor(
+            self.query_start_loc, dtype=torch.long, device=device
+        )  # [B+1]
+        self.max_query_len = max(
+            b - a for a, b in zip(self.query_start_loc, self.query_start_loc[1:])
+        )
+        self.max_seq_len = max(
+            self.seq_lens
+        )  # sizes the segment axis of the flash-decoding grid
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-        """q [N, H, hd], k, v [N, KV, hd]: store the new K/V through the slot mapping, then attend, both as kernels."""
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """q [N, H, hd], k, v [N, KV, hd]: store the new K/V through the slot mapping, then
+        attend, both as kernels."""
         if self.slot_mapping is None:
-            raise ValueError("this TritonAttention was built without a slot_mapping, so it cannot store K/V")
+            raise ValueError(
+                "this TritonAttention was built without a slot_mapping, so it cannot store K/V"
+            )
         triton_cache_write(k, v, self.kv.k[layer], self.kv.v[layer], self.slot_mapping)
-        return self.decode(layer, q, scale) if self.decode_only else self.varlen(layer, q, scale)
+        return (
+            self.decode(layer, q, scale) if self.decode_only else self.varlen(layer, q, scale)
+        )
 
     def varlen(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
-        """Any mix of prefills, chunks and decodes, in one launch (replaces the reference's per-request loop)."""
-        return triton_paged_attention(q.contiguous(), self.kv.k[layer], self.kv.v[layer], self.block_tables,
-                                      self.seq_lens_t, self.query_start_loc_t, self.max_query_len, scale)
+        """Any mix of prefills, chunks and decodes, in one launch (replaces the reference's
+        per-request loop)."""
+        return triton_paged_attention(
+            q.contiguous(),
+            self.kv.k[layer],
+            self.kv.v[layer],
+            self.block_tables,
+            self.seq_lens_t,
+            self.query_start_loc_t,
+            self.max_query_len,
+            scale,
+        )
 
     def decode(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
-        """Only decodes (q [B, H, hd]): flash-decoding, each context split into segments merged at the end."""
-        return split_decode_attention(q, self.kv.k[layer], self.kv.v[layer], self.block_tables, self.seq_lens_t,
-                                      self.max_seq_len, scale)
+        """Only decodes (q [B, H, hd]): flash-decoding, each context split into segments merged
+        at the end."""
+        return split_decode_attention(
+            q,
+            self.kv.k[layer],
+            self.kv.v[layer],
+            self.block_tables,
+            self.seq_lens_t,
+            self.max_seq_len,
+            scale,
+        )
 
 
-def triton_attention(q: torch.Tensor, kv: PagedKVCache, layer: int, block_tables: list[list[int]],
-                     seq_lens: list[int], query_start_loc: list[int], scale: float) -> torch.Tensor:
-    """`paged_attention`'s signature and checks, computed by the kernel: q [N, H, hd] against K/V already cached."""
+def triton_attention(
+    q: torch.Tensor,
+    kv: PagedKVCache,
+    layer: int,
+    block_tables: list[list[int]],
+    seq_lens: list[int],
+    query_start_loc: list[int],
+    scale: float,
+) -> torch.Tensor:
+    """`paged_attention`'s signature and checks, computed by the kernel: q [N, H, hd] against
+    K/V already cached."""
     from minillm.checking import check_int
     from minillm.paged import check_queries
 

@@ -1,11 +1,13 @@
-"""split_decode.py — flash-decoding: a decode step's attention split over segments of the context.
+"""split_decode.py — flash-decoding: a decode step's attention split over segments of the
+context.
 
 With one new token per request, the mixed-batch kernel has B x H programs, each walking a whole
-context alone: a few long requests leave most of a GPU idle. Here each program takes one segment of
-SEGMENT keys of one request for one KV head, and its rows are the GROUP query heads that share that KV
-head (vLLM packs them the same way), so each K/V row is loaded once per group, not once per query head.
-Every program leaves a partial result (output, max, sum) of its segment; a second kernel merges a
-request's segments with the online-softmax rule: weights l_s * exp(m_s - max), then one division.
+context alone: a few long requests leave most of a GPU idle. Here each program takes one segment
+of SEGMENT keys of one request for one KV head, and its rows are the GROUP query heads that
+share that KV head (vLLM packs them the same way), so each K/V row is loaded once per group, not
+once per query head. Every program leaves a partial result (output, max, sum) of its segment; a
+second kernel merges a request's segments with the online-softmax rule: weights l_s * exp(m_s -
+max), then one division.
 """
 
 from __future__ import annotations
@@ -23,41 +25,87 @@ SEGMENT = 256  # keys per program (a multiple of BLOCK_N)
 
 @triton.jit
 def decode_segment_kernel(
-    part_o_ptr, part_m_ptr, part_l_ptr,  # [B, H, S, hd], [B, H, S], [B, H, S] float32 partial results
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, scale,
-    stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-    num_heads, max_segments,
-    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SEGMENT: tl.constexpr,
+    part_o_ptr,
+    part_m_ptr,
+    part_l_ptr,  # [B, H, S, hd], [B, H, S], [B, H, S] float32 partial results
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    scale,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    num_heads,
+    max_segments,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SEGMENT: tl.constexpr,
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     seg = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + req)
-    if seg * SEGMENT >= seq_len:  # this request's context has fewer segments: the merge never reads this one
+    if (
+        seg * SEGMENT >= seq_len
+    ):  # this request's context has fewer segments: the merge never reads this one
         return
-    rows = tl.arange(0, BLOCK_G)  # [BLOCK_G] the group's query heads, padded to tl.dot's 16 rows
+    rows = tl.arange(
+        0, BLOCK_G
+    )  # [BLOCK_G] the group's query heads, padded to tl.dot's 16 rows
     row_ok = rows < GROUP
     heads = kv_head * GROUP + rows
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < HEAD_DIM
-    q = tl.load(q_ptr + req * stride_qb + heads[:, None] * stride_qh + dims[None, :],
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
+    q = tl.load(
+        q_ptr + req * stride_qb + heads[:, None] * stride_qh + dims[None, :],
+        mask=row_ok[:, None] & dim_ok[None, :],
+        other=0.0,
+    )  # [BLOCK_G, BLOCK_D]
 
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    seg_end = tl.minimum(seq_len, (seg + 1) * SEGMENT)  # a decode sees its whole context: no causal mask
+    seg_end = tl.minimum(
+        seq_len, (seg + 1) * SEGMENT
+    )  # a decode sees its whole context: no causal mask
     for start in range(seg * SEGMENT, seg_end, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
         key_ok = keys < seg_end
-        block = tl.load(block_tables_ptr + req * stride_bt + keys // BLOCK_SIZE, mask=key_ok, other=0)
+        block = tl.load(
+            block_tables_ptr + req * stride_bt + keys // BLOCK_SIZE, mask=key_ok, other=0
+        )
         offset = keys % BLOCK_SIZE
         kv_mask = key_ok[:, None] & dim_ok[None, :]
-        k = tl.load(k_cache_ptr + block[:, None] * stride_kb + offset[:, None] * stride_ks + kv_head * stride_kh
-                    + dims[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        v = tl.load(v_cache_ptr + block[:, None] * stride_vb + offset[:, None] * stride_vs + kv_head * stride_vh
-                    + dims[None, :], mask=kv_mask, other=0.0)
+        k = tl.load(
+            k_cache_ptr
+            + block[:, None] * stride_kb
+            + offset[:, None] * stride_ks
+            + kv_head * stride_kh
+            + dims[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )  # [BLOCK_N, BLOCK_D]
+        v = tl.load(
+            v_cache_ptr
+            + block[:, None] * stride_vb
+            + offset[:, None] * stride_vs
+            + kv_head * stride_vh
+            + dims[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
         s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # [BLOCK_G, BLOCK_N]
         s = tl.where(key_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))  # finite: a segment holds at least one key
@@ -68,15 +116,31 @@ def decode_segment_kernel(
         m = m_new
 
     at = (req * num_heads + heads) * max_segments + seg  # [BLOCK_G] index of (req, head, seg)
-    tl.store(part_o_ptr + at[:, None] * HEAD_DIM + dims[None, :], acc / l[:, None], mask=row_ok[:, None] & dim_ok[None, :])
+    tl.store(
+        part_o_ptr + at[:, None] * HEAD_DIM + dims[None, :],
+        acc / l[:, None],
+        mask=row_ok[:, None] & dim_ok[None, :],
+    )
     tl.store(part_m_ptr + at, m, mask=row_ok)
     tl.store(part_l_ptr + at, l, mask=row_ok)
 
 
 @triton.jit
-def merge_segments_kernel(out_ptr, part_o_ptr, part_m_ptr, part_l_ptr, seq_lens_ptr, stride_ob, stride_oh,
-                          num_heads, max_segments, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                          BLOCK_S: tl.constexpr, SEGMENT: tl.constexpr):
+def merge_segments_kernel(
+    out_ptr,
+    part_o_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    seq_lens_ptr,
+    stride_ob,
+    stride_oh,
+    num_heads,
+    max_segments,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    SEGMENT: tl.constexpr,
+):
     req = tl.program_id(0)
     head = tl.program_id(1)
     num_segments = tl.cdiv(tl.load(seq_lens_ptr + req), SEGMENT)
@@ -87,17 +151,37 @@ def merge_segments_kernel(out_ptr, part_o_ptr, part_m_ptr, part_l_ptr, seq_lens_
     at = (req * num_heads + head) * max_segments + segs  # [BLOCK_S]
     m_s = tl.load(part_m_ptr + at, mask=seg_ok, other=float("-inf"))
     l_s = tl.load(part_l_ptr + at, mask=seg_ok, other=0.0)
-    o_s = tl.load(part_o_ptr + at[:, None] * HEAD_DIM + dims[None, :], mask=seg_ok[:, None] & dim_ok[None, :], other=0.0)
+    o_s = tl.load(
+        part_o_ptr + at[:, None] * HEAD_DIM + dims[None, :],
+        mask=seg_ok[:, None] & dim_ok[None, :],
+        other=0.0,
+    )
     m = tl.max(m_s, axis=0)
-    w = tl.where(seg_ok, l_s * tl.exp(m_s - m), 0.0)  # each segment's sum, measured from the common max
+    w = tl.where(
+        seg_ok, l_s * tl.exp(m_s - m), 0.0
+    )  # each segment's sum, measured from the common max
     o = tl.sum(w[:, None] * o_s, axis=0) / tl.sum(w, axis=0)  # [BLOCK_D]
-    tl.store(out_ptr + req * stride_ob + head * stride_oh + dims, o.to(out_ptr.dtype.element_ty), mask=dim_ok)
+    tl.store(
+        out_ptr + req * stride_ob + head * stride_oh + dims,
+        o.to(out_ptr.dtype.element_ty),
+        mask=dim_ok,
+    )
 
 
-def split_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                           seq_lens: torch.Tensor, max_seq_len: int, scale: float, segment: int = SEGMENT) -> torch.Tensor:
-    """q [B, H, hd], one new token per request, the last of its context; caches, block_tables [B, max_blocks] and
-    seq_lens [B] as for triton_paged_attention. segment: keys per program, a multiple of BLOCK_N. out [B, H, hd]."""
+def split_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_seq_len: int,
+    scale: float,
+    segment: int = SEGMENT,
+) -> torch.Tensor:
+    """q [B, H, hd], one new token per request, the last of its context; caches, block_tables
+    [B, max_blocks] and
+    seq_lens [B] as for triton_paged_attention. segment: keys per program, a multiple of
+    BLOCK_N. out [B, H, hd]."""
     if segment < BLOCK_N or segment % BLOCK_N:
         raise ValueError(f"segment is {segment!r}: expected a multiple of {BLOCK_N}")
     q = q.contiguous()
@@ -109,14 +193,48 @@ def split_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     part_m = torch.empty(B, H, S, dtype=torch.float32, device=q.device)
     part_l = torch.empty(B, H, S, dtype=torch.float32, device=q.device)
     decode_segment_kernel[(B, KV, S)](
-        part_o, part_m, part_l, q, k_cache, v_cache, block_tables, seq_lens, scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0), H, S,
-        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=hd,
-        BLOCK_D=max(16, triton.next_power_of_2(hd)), BLOCK_SIZE=k_cache.shape[1], BLOCK_N=BLOCK_N, SEGMENT=segment,
+        part_o,
+        part_m,
+        part_l,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        scale,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_tables.stride(0),
+        H,
+        S,
+        GROUP=group,
+        BLOCK_G=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=hd,
+        BLOCK_D=max(16, triton.next_power_of_2(hd)),
+        BLOCK_SIZE=k_cache.shape[1],
+        BLOCK_N=BLOCK_N,
+        SEGMENT=segment,
     )
     out = torch.empty_like(q)
-    merge_segments_kernel[(B, H)](out, part_o, part_m, part_l, seq_lens, out.stride(0), out.stride(1), H, S,
-                                  HEAD_DIM=hd, BLOCK_D=triton.next_power_of_2(hd), BLOCK_S=max(16, triton.next_power_of_2(S)),
-                                  SEGMENT=segment)
+    merge_segments_kernel[(B, H)](
+        out,
+        part_o,
+        part_m,
+        part_l,
+        seq_lens,
+        out.stride(0),
+        out.stride(1),
+        H,
+        S,
+        HEAD_DIM=hd,
+        BLOCK_D=triton.next_power_of_2(hd),
+        BLOCK_S=max(16, triton.next_power_of_2(S)),
+        SEGMENT=segment,
+    )
     return out

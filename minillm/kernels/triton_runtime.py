@@ -1,7 +1,7 @@
 """triton_runtime.py — whether triton is here, and where kernels defined now will run.
 
-Triton decides between compiling (CUDA) and its interpreter (CPU) when a kernel is defined, so every
-kernel module calls `load_triton()` before its `@triton.jit`; see the package's docstring.
+Triton decides between compiling (CUDA) and its interpreter (CPU) when a kernel is defined, so
+every kernel module calls `load_triton()` before its `@triton.jit`; see the package's docstring.
 """
 
 from __future__ import annotations
@@ -18,19 +18,26 @@ def triton_available() -> bool:
 
 
 def load_triton():
-    """Import triton, first choosing the interpreter on a machine without CUDA; a clear error if it is missing."""
+    """Import triton, first choosing the interpreter on a machine without CUDA; a clear error if
+    it is missing."""
     if not triton_available():
-        raise ImportError(f"the Triton attention backend needs the triton package, which is not installed: {INSTALL_HINT}")
+        raise ImportError(
+            "the Triton attention backend needs the triton package, which is not installed: "
+            f"{INSTALL_HINT}"
+        )
     if "TRITON_INTERPRET" not in os.environ:
         import torch
 
         if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"  # before any @triton.jit runs: CPU tensors, numpy execution
+            os.environ["TRITON_INTERPRET"] = (
+                "1"  # before any @triton.jit runs: CPU tensors, numpy execution
+            )
     import triton
 
     return triton
 
 
 def interpreting() -> bool:
-    """Whether kernels defined now run in Triton's interpreter (TRITON_INTERPRET set to a true value)."""
+    """Whether kernels defined now run in Triton's interpreter (TRITON_INTERPRET set to a true
+    value)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")

@@ -1,4 +1,5 @@
-"""Show the engine's own code in a chapter, highlighted, the same in JupyterLab and on the book's site.
+"""Show the engine's own code in a chapter, highlighted, the same in JupyterLab and on the
+book's site.
 
 `source(obj, ...)` returns a small object that Jupyter displays as a Markdown fenced code block
 (`text/markdown`): JupyterLab highlights it as Python, and the site's notebook renderer turns it
@@ -33,19 +34,23 @@ class Source:
         return self.text
 
     def _repr_markdown_(self) -> str:
-        # a fence longer than any run of backticks inside the code, so the code can never close it
+        # a fence longer than any run of backticks inside the code, so the code can never close
+        # it
         longest = max((len(run) for run in re.findall(r"`+", self.text)), default=0)
         fence = "`" * max(3, longest + 1)
         return f"{fence}python\n# {self.where()}\n{self.text}{fence}\n"
 
     def where(self) -> str:
-        """Where a reader finds the code: its file(s) in the repository, and the class of a method."""
+        """Where a reader finds the code: its file(s) in the repository, and the class of a
+        method."""
         files = []
         for obj in self.objs:
             path = _file_of(obj)
             if path not in files:
                 files.append(path)
-        methods = [obj.__qualname__ for obj in self.objs if "." in getattr(obj, "__qualname__", "")]
+        methods = [
+            obj.__qualname__ for obj in self.objs if "." in getattr(obj, "__qualname__", "")
+        ]
         return ", ".join(files) + (f": {', '.join(methods)}" if methods else "")
 
 
@@ -55,9 +60,14 @@ def source(*objs) -> Source:
 
 
 def _kernel_function(obj):
-    """A Triton kernel (`@triton.jit`, compiled or interpreted) wraps the Python function it was written as."""
+    """A Triton kernel (`@triton.jit`, compiled or interpreted) wraps the Python function it was
+    written as."""
     fn = getattr(obj, "fn", None)
-    return fn if inspect.isfunction(fn) and not inspect.isroutine(obj) and not inspect.isclass(obj) else obj
+    return (
+        fn
+        if inspect.isfunction(fn) and not inspect.isroutine(obj) and not inspect.isclass(obj)
+        else obj
+    )
 
 
 def _source_of(obj) -> str:

@@ -1,19 +1,22 @@
-"""parallel/workers.py — the process side of tensor parallelism: rank 0 is the engine, ranks 1..N-1 are workers.
+"""parallel/workers.py — the process side of tensor parallelism: rank 0 is the engine, ranks
+1..N-1 are workers.
 
     workers = TensorParallelWorkers(path, 2)          # spawns rank 1, loads rank 0's shard here
     runner = workers.runner(PagedKVCache.for_model(workers.model, num_blocks, block_size))
-    logits = runner.forward(batch)                    # every rank runs the same forward on its shard
-    workers.close()
+    logits = runner.forward(batch)                    # every rank runs the same forward on its
+    shard workers.close()
 
-The engine (rank 0) schedules; for each step it sends the step's `BatchInput` to every worker over a
-pipe (vLLM broadcasts it through a shared-memory queue), then all ranks run `ModelRunner.forward` on
-their shards, meeting in the all-reduces inside the model; rank 0 alone gets the gathered logits and
-samples. The collectives run on torch.distributed: gloo between CPU processes, NCCL between GPUs.
+The engine (rank 0) schedules; for each step it sends the step's `BatchInput` to every worker
+over a pipe (vLLM broadcasts it through a shared-memory queue), then all ranks run
+`ModelRunner.forward` on their shards, meeting in the all-reduces inside the model; rank 0 alone
+gets the gathered logits and samples. The collectives run on torch.distributed: gloo between CPU
+processes, NCCL between GPUs.
 
 Nothing may hang or outlive the engine: collectives time out (init_process_group's `timeout`); a
-worker that dies or hangs makes the step raise `TensorParallelError` naming the rank, after which
-every worker is stopped; workers are daemon processes that also exit when their parent disappears;
-`close()` (also at interpreter exit) stops them. The rendezvous port is picked free by the OS.
+worker that dies or hangs makes the step raise `TensorParallelError` naming the rank, after
+which every worker is stopped; workers are daemon processes that also exit when their parent
+disappears; `close()` (also at interpreter exit) stops them. The rendezvous port is picked free
+by the OS.
 """
 
 from __future__ import annotations
@@ -53,10 +56,16 @@ def backend_for(device: torch.device) -> str:
 
 def collective_timeout_s() -> float:
     text = os.environ.get(TIMEOUT_ENV)
-    return DEFAULT_TIMEOUT_S if text is None else check_float(TIMEOUT_ENV, float(text), min=0, min_inclusive=False)
+    return (
+        DEFAULT_TIMEOUT_S
+        if text is None
+        else check_float(TIMEOUT_ENV, float(text), min=0, min_inclusive=False)
+    )
 
 
-# ---- a worker (ranks 1..N-1), in its own process ---------------------------------------------------
+# ---- a worker (ranks 1..N-1), in its own process
+#   ---------------------------------------------------
+
 
 def _die_with_parent(parent_pid: int) -> None:
     """Exit if the engine's process goes away, even if it was killed and could not stop us."""
@@ -79,23 +88,40 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _worker_main(rank, size, path, dtype_name, device_type, port, timeout_s, conn, parent_pid) -> None:
+def _worker_main(
+    rank, size, path, dtype_name, device_type, port, timeout_s, conn, parent_pid
+) -> None:
     _die_with_parent(parent_pid)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))  # the ranks share the machine's cores
+    torch.set_num_threads(
+        max(1, (os.cpu_count() or 1) // size)
+    )  # the ranks share the machine's cores
     try:
         device = torch.device("cpu")
         if device_type == "cuda":
             torch.cuda.set_device(rank)
             device = torch.device("cuda", rank)
-        model = Transformer.from_pretrained(path, dtype=getattr(torch, dtype_name), device=device,
-                                            tp=TensorParallelGroup(rank, size))
+        model = Transformer.from_pretrained(
+            path,
+            dtype=getattr(torch, dtype_name),
+            device=device,
+            tp=TensorParallelGroup(rank, size),
+        )
         conn.send(("loaded", weight_bytes(model)))
-        store = dist.TCPStore(HOST, port, size, is_master=False, timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
-        dist.init_process_group(backend_for(device), store=store, rank=rank, world_size=size,
-                                timeout=timedelta(seconds=timeout_s))
+        store = dist.TCPStore(
+            HOST, port, size, is_master=False, timeout=timedelta(seconds=STARTUP_TIMEOUT_S)
+        )
+        dist.init_process_group(
+            backend_for(device),
+            store=store,
+            rank=rank,
+            world_size=size,
+            timeout=timedelta(seconds=timeout_s),
+        )
         runner = None
         while True:
-            while not conn.poll(0.5):  # idle between steps: no collective is waiting, so no timeout applies
+            while not conn.poll(
+                0.5
+            ):  # idle between steps: no collective is waiting, so no timeout applies
                 if os.getppid() != parent_pid:
                     os._exit(1)
             message = conn.recv()
@@ -108,7 +134,9 @@ def _worker_main(rank, size, path, dtype_name, device_type, port, timeout_s, con
             elif message[0] == "stop":
                 break
         dist.destroy_process_group()
-    except BaseException as e:  # tell the engine why, then go: the engine names this rank in its error
+    except (
+        BaseException
+    ) as e:  # tell the engine why, then go: the engine names this rank in its error
         try:
             conn.send(("error", f"{type(e).__name__}: {e}"))
         except (OSError, ValueError):
@@ -116,10 +144,13 @@ def _worker_main(rank, size, path, dtype_name, device_type, port, timeout_s, con
         os._exit(1)
 
 
-# ---- rank 0: the engine's side ---------------------------------------------------------------------
+# ---- rank 0: the engine's side
+#   ---------------------------------------------------------------------
+
 
 def _shutdown(procs: list, conns: list, owns_group: list) -> None:
-    """Stop every worker (politely, then by force) and leave the process group; safe to call twice."""
+    """Stop every worker (politely, then by force) and leave the process group; safe to call
+    twice."""
     for conn, p in zip(conns, procs):
         if p.is_alive():
             try:
@@ -140,15 +171,19 @@ def _shutdown(procs: list, conns: list, owns_group: list) -> None:
     if owns_group and owns_group[0] and dist.is_initialized():
         try:
             dist.destroy_process_group()
-        except Exception:  # a group broken by a dead peer may refuse; the process is leaving it anyway
+        except (
+            Exception
+        ):  # a group broken by a dead peer may refuse; the process is leaving it anyway
             pass
     owns_group[:] = [False]
 
 
 def _start_without_main(p) -> None:
-    """Start a spawned process without re-running the caller's script in it: spawn imports `__main__` in
-    the child, which would run an unguarded script (or a notebook's kernel module) a second time. The
-    worker's target lives in this module, so the child needs nothing from `__main__`."""
+    """Start a spawned process without re-running the caller's script in it: spawn imports
+    `__main__` in
+    the child, which would run an unguarded script (or a notebook's kernel module) a second
+    time. The worker's target lives in this module, so the child needs nothing from
+    `__main__`."""
     main = sys.modules["__main__"]
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
@@ -158,47 +193,92 @@ def _start_without_main(p) -> None:
 
 
 class TensorParallelWorkers:
-    """The N-1 worker processes of a tensor-parallel group and rank 0's shard of the model (`model`)."""
+    """The N-1 worker processes of a tensor-parallel group and rank 0's shard of the model
+    (`model`)."""
 
-    def __init__(self, path, tensor_parallel_size: int, dtype: torch.dtype = torch.float32, device="cpu",
-                 timeout_s: float | None = None):
+    def __init__(
+        self,
+        path,
+        tensor_parallel_size: int,
+        dtype: torch.dtype = torch.float32,
+        device="cpu",
+        timeout_s: float | None = None,
+    ):
         size = check_int("tensor_parallel_size", tensor_parallel_size, min=2)
-        self.timeout_s = collective_timeout_s() if timeout_s is None else \
-            check_float("timeout_s", timeout_s, min=0, min_inclusive=False)
+        self.timeout_s = (
+            collective_timeout_s()
+            if timeout_s is None
+            else check_float("timeout_s", timeout_s, min=0, min_inclusive=False)
+        )
         device = torch.device(device)
         if device.type == "cuda":
             if torch.cuda.device_count() < size:
-                raise ValueError(f"tensor_parallel_size {size} needs {size} GPUs, but torch sees "
-                                 f"{torch.cuda.device_count()}")
+                raise ValueError(
+                    f"tensor_parallel_size {size} needs {size} GPUs, but torch sees "
+                    f"{torch.cuda.device_count()}"
+                )
             device = torch.device("cuda", 0)
         if dist.is_initialized():
-            raise RuntimeError("this process already belongs to a torch.distributed group (another "
-                               "tensor-parallel engine?): close it first")
+            raise RuntimeError(
+                "this process already belongs to a torch.distributed group (another "
+                "tensor-parallel engine?): close it first"
+            )
         self.size, self.device, self.path = size, device, path
-        # rank 0's shard first: a bad folder or a size that does not divide the heads fails before any process starts
-        self.model = Transformer.from_pretrained(path, dtype=dtype, device=device, tp=TensorParallelGroup(0, size))
+        # rank 0's shard first: a bad folder or a size that does not divide the heads fails
+        # before any process starts
+        self.model = Transformer.from_pretrained(
+            path, dtype=dtype, device=device, tp=TensorParallelGroup(0, size)
+        )
         self.weight_bytes = [weight_bytes(self.model)]
         self.procs: list = []
         self.conns: list = []
         self._owns_group = [False]
         self._closed = False
-        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, self._owns_group)  # also at exit
-        store = dist.TCPStore(HOST, 0, size, is_master=True, timeout=timedelta(seconds=STARTUP_TIMEOUT_S),
-                              wait_for_workers=False)  # port 0: the OS picks a free one
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self.procs, self.conns, self._owns_group
+        )  # also at exit
+        store = dist.TCPStore(
+            HOST,
+            0,
+            size,
+            is_master=True,
+            timeout=timedelta(seconds=STARTUP_TIMEOUT_S),
+            wait_for_workers=False,
+        )  # port 0: the OS picks a free one
         ctx = mp.get_context("spawn")  # a fresh interpreter: no forked threads or CUDA state
         try:
             for rank in range(1, size):
                 mine, theirs = ctx.Pipe()
-                p = ctx.Process(target=_worker_main, name=f"minillm-tp-rank{rank}", daemon=True,
-                                args=(rank, size, str(path), str(dtype).removeprefix("torch."), device.type,
-                                      store.port, self.timeout_s, theirs, os.getpid()))
+                p = ctx.Process(
+                    target=_worker_main,
+                    name=f"minillm-tp-rank{rank}",
+                    daemon=True,
+                    args=(
+                        rank,
+                        size,
+                        str(path),
+                        str(dtype).removeprefix("torch."),
+                        device.type,
+                        store.port,
+                        self.timeout_s,
+                        theirs,
+                        os.getpid(),
+                    ),
+                )
                 _start_without_main(p)
                 theirs.close()
                 self.procs.append(p)
                 self.conns.append(mine)
-            self.weight_bytes += [self._expect(rank, "loaded", STARTUP_TIMEOUT_S) for rank in range(1, size)]
-            dist.init_process_group(backend_for(device), store=store, rank=0, world_size=size,
-                                    timeout=timedelta(seconds=self.timeout_s))
+            self.weight_bytes += [
+                self._expect(rank, "loaded", STARTUP_TIMEOUT_S) for rank in range(1, size)
+            ]
+            dist.init_process_group(
+                backend_for(device),
+                store=store,
+                rank=0,
+                world_size=size,
+                timeout=timedelta(seconds=self.timeout_s),
+            )
             self._owns_group[0] = True
         except BaseException:
             self.close()
@@ -209,7 +289,8 @@ class TensorParallelWorkers:
         return [p.pid for p in self.procs]
 
     def _expect(self, rank: int, kind: str, timeout_s: float):
-        """The next message of worker `rank`, which must be `kind`; a dead, failing or silent worker raises."""
+        """The next message of worker `rank`, which must be `kind`; a dead, failing or silent
+        worker raises."""
         conn, p = self.conns[rank - 1], self.procs[rank - 1]
         deadline = time.monotonic() + timeout_s
         while not conn.poll(0.05):
@@ -228,7 +309,8 @@ class TensorParallelWorkers:
         return message[1]
 
     def describe(self) -> str:
-        """Each worker's state, for an error message, with the error a worker reported before it exited."""
+        """Each worker's state, for an error message, with the error a worker reported before it
+        exited."""
         parts = []
         for rank, (p, conn) in enumerate(zip(self.procs, self.conns), start=1):
             said = ""
@@ -240,8 +322,11 @@ class TensorParallelWorkers:
             except (EOFError, OSError):
                 pass
             if p.is_alive():
-                parts.append(f"rank {rank} (pid {p.pid}) is alive but did not answer within the collective "
-                             f"timeout of {self.timeout_s:g} s (hung?)")
+                parts.append(
+                    f"rank {rank} (pid {p.pid}) is alive but did not answer within the "
+                    "collective "
+                    f"timeout of {self.timeout_s:g} s (hung?)"
+                )
             else:
                 parts.append(f"rank {rank} (pid {p.pid}) exited with code {p.exitcode}{said}")
         return "; ".join(parts)
@@ -249,16 +334,22 @@ class TensorParallelWorkers:
     def fail(self, what: str) -> TensorParallelError:
         """Stop the whole group and return the error to raise, naming every worker's state."""
         for p in self.procs:
-            p.join(0.5)  # a worker just killed needs a moment to be reaped, so its exit code is known
-        error = TensorParallelError(f"tensor-parallel group of {self.size} failed ({what}): {self.describe()}; "
-                                    "every worker has been stopped, create a new engine")
+            p.join(
+                0.5
+            )  # a worker just killed needs a moment to be reaped, so its exit code is known
+        error = TensorParallelError(
+            f"tensor-parallel group of {self.size} failed ({what}): {self.describe()}; "
+            "every worker has been stopped, create a new engine"
+        )
         self.close()
         return error
 
     def check_alive(self, when: str) -> None:
         if self._closed:
-            raise TensorParallelError("the tensor-parallel workers were stopped (close() or an earlier failure): "
-                                      "create a new engine")
+            raise TensorParallelError(
+                "the tensor-parallel workers were stopped (close() or an earlier failure): "
+                "create a new engine"
+            )
         if not all(p.is_alive() for p in self.procs):
             raise self.fail(when)
 
@@ -285,7 +376,8 @@ class TensorParallelWorkers:
 
 
 class TensorParallelRunner:
-    """ModelRunner's interface for a tensor-parallel group: rank 0's forward, mirrored by every worker."""
+    """ModelRunner's interface for a tensor-parallel group: rank 0's forward, mirrored by every
+    worker."""
 
     def __init__(self, workers: TensorParallelWorkers, kv: PagedKVCache):
         self.workers, self.kv = workers, kv
@@ -293,7 +385,9 @@ class TensorParallelRunner:
         self.model, self.device = self.local.model, self.local.device
         workers.send_all(("cache", kv.num_blocks, kv.block_size))
         own = sum(t.numel() * t.element_size() for t in kv.k + kv.v)
-        self.kv_bytes = [own] + [workers._expect(rank, "cache", STARTUP_TIMEOUT_S) for rank in range(1, workers.size)]
+        self.kv_bytes = [own] + [
+            workers._expect(rank, "cache", STARTUP_TIMEOUT_S) for rank in range(1, workers.size)
+        ]
 
     def forward(self, batch: BatchInput) -> torch.Tensor:
         """Logits [M, vocab] on rank 0; a bad batch raises before any worker sees it."""
@@ -302,5 +396,9 @@ class TensorParallelRunner:
         self.workers.send_all(("forward", batch))
         try:
             return self.local.forward(batch)
-        except RuntimeError as e:  # gloo/NCCL: a peer closed the connection, or the timeout ran out
-            raise self.workers.fail(f"a collective failed during a step: {str(e).splitlines()[0][:200]}") from None
+        except (
+            RuntimeError
+        ) as e:  # gloo/NCCL: a peer closed the connection, or the timeout ran out
+            raise self.workers.fail(
+                f"a collective failed during a step: {str(e).splitlines()[0][:200]}"
+            ) from None

@@ -1,13 +1,16 @@
-"""prefix_caching/radix_cache.py — SGLang's prefix cache design: a radix tree over token ids, for side-by-side comparison.
+"""prefix_caching/radix_cache.py — SGLang's prefix cache design: a radix tree over token ids,
+for side-by-side comparison.
 
-Every path from the root spells a token sequence whose K/V are cached; a node holds a run of tokens
-(its `key`) that all of its descendants share. `match_prefix` walks down as far as the tokens agree,
-at token granularity, and splits a node when the match ends inside it; `insert` adds what is new as
-one leaf. A running request locks its path (`inc_lock_ref`: the count goes up on every node up to the
-root), and `evict` removes the least recently used unlocked leaves first.
+Every path from the root spells a token sequence whose K/V are cached; a node holds a run of
+tokens (its `key`) that all of its descendants share. `match_prefix` walks down as far as the
+tokens agree, at token granularity, and splits a node when the match ends inside it; `insert`
+adds what is new as one leaf. A running request locks its path (`inc_lock_ref`: the count goes
+up on every node up to the root), and `evict` removes the least recently used unlocked leaves
+first.
 
-This tree stores token ids only (no K/V): the book uses it to count what each design would hit and
-hold on the same traffic (prefix_caching/simulator.py). In SGLang each node's `value` is the K/V slots of its tokens.
+This tree stores token ids only (no K/V): the book uses it to count what each design would hit
+and hold on the same traffic (prefix_caching/simulator.py). In SGLang each node's `value` is the
+K/V slots of its tokens.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ class RadixCache:
     def __init__(self):
         self.root = TreeNode([], None)
         self.root.lock_ref = 1  # the root is never evicted
-        self.clock = itertools.count(1)  # a logical clock: ties and order are the same on every run
+        self.clock = itertools.count(
+            1
+        )  # a logical clock: ties and order are the same on every run
         self.total_size = 0  # tokens held by the tree
         self.protected_size = 0  # of which on a locked path
 
@@ -41,7 +46,8 @@ class RadixCache:
         return self.total_size - self.protected_size
 
     def match_prefix(self, token_ids) -> tuple[int, TreeNode]:
-        """(length of the longest cached prefix of token_ids, the node where it ends). Splits a node if needed."""
+        """(length of the longest cached prefix of token_ids, the node where it ends). Splits a
+        node if needed."""
         token_ids = check_int_list("token_ids", token_ids)
         node, matched, now = self.root, 0, next(self.clock)
         node.last_access = now
@@ -50,7 +56,9 @@ class RadixCache:
             n = common_prefix_len(child.key, token_ids[matched:])
             child.last_access = now
             if n < len(child.key):
-                node = self._split(child, n)  # the match ends inside child: make its first n tokens a node
+                node = self._split(
+                    child, n
+                )  # the match ends inside child: make its first n tokens a node
                 matched += n
                 break
             node, matched = child, matched + n
@@ -68,7 +76,8 @@ class RadixCache:
         return matched
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
-        """Cut child's key after n tokens: a new node with the first n becomes child's parent."""
+        """Cut child's key after n tokens: a new node with the first n becomes child's
+        parent."""
         head = TreeNode(child.key[:n], child.parent)
         head.lock_ref, head.last_access = child.lock_ref, child.last_access
         head.children[child.key[n]] = child
@@ -77,7 +86,8 @@ class RadixCache:
         return head
 
     def inc_lock_ref(self, node: TreeNode) -> None:
-        """A request starts using the prefix ending at node: protect the whole path from eviction."""
+        """A request starts using the prefix ending at node: protect the whole path from
+        eviction."""
         while node is not self.root:
             if node.lock_ref == 0:
                 self.protected_size += len(node.key)
@@ -87,17 +97,24 @@ class RadixCache:
     def dec_lock_ref(self, node: TreeNode) -> None:
         while node is not self.root:
             if node.lock_ref == 0:
-                raise ValueError("dec_lock_ref on an unlocked node: every dec needs an earlier inc")
+                raise ValueError(
+                    "dec_lock_ref on an unlocked node: every dec needs an earlier inc"
+                )
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 self.protected_size -= len(node.key)
             node = node.parent
 
     def evict(self, num_tokens: int) -> int:
-        """Remove least recently used unlocked leaves until num_tokens tokens are freed (or none is left)."""
+        """Remove least recently used unlocked leaves until num_tokens tokens are freed (or none
+        is left)."""
         num_tokens = check_int("num_tokens", num_tokens, min=0)
         order = itertools.count()  # a tie-breaker, so heapq never compares nodes
-        heap = [(leaf.last_access, next(order), leaf) for leaf in self._leaves() if leaf.lock_ref == 0]
+        heap = [
+            (leaf.last_access, next(order), leaf)
+            for leaf in self._leaves()
+            if leaf.lock_ref == 0
+        ]
         heapq.heapify(heap)
         freed = 0
         while freed < num_tokens and heap:
@@ -133,8 +150,12 @@ class RadixCache:
 
         def walk(node, depth):
             for child in sorted(node.children.values(), key=lambda c: c.key[0]):
-                head = " ".join(map(str, child.key[:show])) + (" ..." if len(child.key) > show else "")
-                lines.append(f"{'  ' * depth}[{len(child.key)} tokens: {head}] lock_ref={child.lock_ref}")
+                head = " ".join(map(str, child.key[:show])) + (
+                    " ..." if len(child.key) > show else ""
+                )
+                lines.append(
+                    f"{'  ' * depth}[{len(child.key)} tokens: {head}] lock_ref={child.lock_ref}"
+                )
                 walk(child, depth + 1)
 
         walk(self.root, 0)

@@ -1,14 +1,16 @@
-"""prefix_caching/simulator.py — the same traffic through a block-hash prefix cache (vLLM) and a radix tree (SGLang).
+"""prefix_caching/simulator.py — the same traffic through a block-hash prefix cache (vLLM) and a
+radix tree (SGLang).
 
-`make_traffic` draws a seeded mix of requests of the kinds real services see: chats that share one
-system prompt and come back turn after turn (each turn's prompt is the whole conversation so far),
-few-shot prompts that start with one of a few long headers, and unrelated one-off prompts. Each
-request's answer is drawn in advance, so both caches see exactly the same tokens.
+`make_traffic` draws a seeded mix of requests of the kinds real services see: chats that share
+one system prompt and come back turn after turn (each turn's prompt is the whole conversation so
+far), few-shot prompts that start with one of a few long headers, and unrelated one-off prompts.
+Each request's answer is drawn in advance, so both caches see exactly the same tokens.
 
-The simulation serves requests one after another, with no model: the block side runs the engine's own
-`KVCacheManager` (real lookups, real LRU eviction over a pool of `capacity_tokens // block_size`
-blocks); the radix side runs `RadixCache` with the same token capacity. Both leave the last prompt
-token to compute. What comes out: hit tokens per request, the hit rate, and what each cache holds.
+The simulation serves requests one after another, with no model: the block side runs the
+engine's own `KVCacheManager` (real lookups, real LRU eviction over a pool of `capacity_tokens
+// block_size` blocks); the radix side runs `RadixCache` with the same token capacity. Both
+leave the last prompt token to compute. What comes out: hit tokens per request, the hit rate,
+and what each cache holds.
 """
 
 from __future__ import annotations
@@ -32,16 +34,25 @@ class SimRequest:
 
     @property
     def kv_tokens(self) -> list[int]:
-        """The tokens whose K/V a finished request leaves behind: all but the last sampled one."""
+        """The tokens whose K/V a finished request leaves behind: all but the last sampled
+        one."""
         return (self.prompt + self.output)[:-1]
 
 
-def make_traffic(num_requests: int = 300, seed: int = 0, vocab_size: int = 32_000, system_len: int = 300,
-                 num_headers: int = 3, mix: tuple[float, float, float, float] = (0.12, 0.38, 0.3, 0.2)) -> list[SimRequest]:
-    """A seeded request stream. mix: chances of (a new chat, the next turn of an open chat, few-shot, unrelated).
+def make_traffic(
+    num_requests: int = 300,
+    seed: int = 0,
+    vocab_size: int = 32_000,
+    system_len: int = 300,
+    num_headers: int = 3,
+    mix: tuple[float, float, float, float] = (0.12, 0.38, 0.3, 0.2),
+) -> list[SimRequest]:
+    """A seeded request stream. mix: chances of (a new chat, the next turn of an open chat,
+    few-shot, unrelated).
 
-    Lengths in tokens: system prompt `system_len`; user turns 10-80; answers 20-200 (chats), 5-40 (few-shot);
-    few-shot headers 200-500, questions 10-40; unrelated prompts 20-400. A chat closes after 2-6 turns.
+    Lengths in tokens: system prompt `system_len`; user turns 10-80; answers 20-200 (chats),
+    5-40 (few-shot); few-shot headers 200-500, questions 10-40; unrelated prompts 20-400. A chat
+    closes after 2-6 turns.
     """
     num_requests = check_int("num_requests", num_requests, min=1)
     rng = random.Random(seed)
@@ -55,7 +66,11 @@ def make_traffic(num_requests: int = 300, seed: int = 0, vocab_size: int = 32_00
         if kind == "next-turn" and not chats:
             kind = "new-chat"
         if kind in ("new-chat", "next-turn"):
-            chat = {"history": list(system), "turns_left": rng.randint(2, 6)} if kind == "new-chat" else rng.choice(chats)
+            chat = (
+                {"history": list(system), "turns_left": rng.randint(2, 6)}
+                if kind == "new-chat"
+                else rng.choice(chats)
+            )
             if kind == "new-chat":
                 chats.append(chat)
             prompt = chat["history"] + words(10, 80)
@@ -76,7 +91,9 @@ def make_traffic(num_requests: int = 300, seed: int = 0, vocab_size: int = 32_00
 class SimResult:
     hits: list[int] = field(default_factory=list)  # cached prompt tokens, per request
     prompt_tokens: int = 0
-    held_tokens: int = 0  # tokens of K/V the cache holds at the end (blocks: filed blocks x block_size)
+    held_tokens: int = (
+        0  # tokens of K/V the cache holds at the end (blocks: filed blocks x block_size)
+    )
     index_entries: int = 0  # filed blocks, or tree nodes
 
     @property
@@ -89,19 +106,33 @@ def unbounded(traffic: list[SimRequest]) -> int:
     return sum(len(r.kv_tokens) + 256 for r in traffic)
 
 
-def simulate_blocks(traffic: list[SimRequest], block_size: int, capacity_tokens: int | None = None) -> SimResult:
+def simulate_blocks(
+    traffic: list[SimRequest], block_size: int, capacity_tokens: int | None = None
+) -> SimResult:
     """Serve the traffic in order through a KVCacheManager with prefix caching on."""
     block_size = check_int("block_size", block_size, min=1)
-    capacity = unbounded(traffic) if capacity_tokens is None else check_int("capacity_tokens", capacity_tokens, min=1)
-    manager = KVCacheManager(BlockPool(max(1, capacity // block_size)), block_size, enable_caching=True)
+    capacity = (
+        unbounded(traffic)
+        if capacity_tokens is None
+        else check_int("capacity_tokens", capacity_tokens, min=1)
+    )
+    manager = KVCacheManager(
+        BlockPool(max(1, capacity // block_size)), block_size, enable_caching=True
+    )
     result = SimResult()
     for i, r in enumerate(traffic):
         seq = Sequence(f"sim-{i}", list(r.prompt), SamplingParams(max_tokens=len(r.output)))
         blocks, hit = manager.get_computed_blocks(seq)
         if not manager.allocate_slots(seq, len(r.kv_tokens), blocks):
-            raise ValueError(f"request {i} needs {num_blocks_for(len(r.kv_tokens), block_size)} blocks of "
-                             f"{block_size} tokens: expected capacity_tokens of at least that, got {capacity}")
-        seq.output_ids, seq.num_computed = list(r.output), len(r.kv_tokens)  # as if it ran to the end
+            raise ValueError(
+                f"request {i} needs {num_blocks_for(len(r.kv_tokens), block_size)} blocks of "
+                f"{block_size} tokens: expected capacity_tokens of at least that, got "
+                f"{capacity}"
+            )
+        seq.output_ids, seq.num_computed = (
+            list(r.output),
+            len(r.kv_tokens),
+        )  # as if it ran to the end
         manager.cache_full_blocks(seq)
         manager.free(seq)
         result.hits.append(hit)
@@ -112,17 +143,26 @@ def simulate_blocks(traffic: list[SimRequest], block_size: int, capacity_tokens:
 
 
 def simulate_radix(traffic: list[SimRequest], capacity_tokens: int | None = None) -> SimResult:
-    """Serve the traffic in order through a RadixCache holding at most capacity_tokens tokens."""
-    capacity = unbounded(traffic) if capacity_tokens is None else check_int("capacity_tokens", capacity_tokens, min=1)
+    """Serve the traffic in order through a RadixCache holding at most capacity_tokens
+    tokens."""
+    capacity = (
+        unbounded(traffic)
+        if capacity_tokens is None
+        else check_int("capacity_tokens", capacity_tokens, min=1)
+    )
     tree, result = RadixCache(), SimResult()
     for i, r in enumerate(traffic):
-        hit, node = tree.match_prefix(r.prompt[:-1])  # at least the last prompt token is computed
+        hit, node = tree.match_prefix(
+            r.prompt[:-1]
+        )  # at least the last prompt token is computed
         tree.inc_lock_ref(node)  # its prefix must survive while it runs
         new = len(r.kv_tokens) - hit  # K/V it writes, held outside the tree until it finishes
         tree.evict(max(0, tree.total_size + new - capacity))
         if tree.total_size + new > capacity:
-            raise ValueError(f"request {i} needs {new} tokens of K/V beyond its cached prefix: expected "
-                             f"capacity_tokens of at least {tree.protected_size + new}, got {capacity}")
+            raise ValueError(
+                f"request {i} needs {new} tokens of K/V beyond its cached prefix: expected "
+                f"capacity_tokens of at least {tree.protected_size + new}, got {capacity}"
+            )
         tree.dec_lock_ref(node)
         tree.insert(r.kv_tokens)
         result.hits.append(hit)

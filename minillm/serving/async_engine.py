@@ -1,27 +1,31 @@
-"""serving/async_engine.py — the engine behind a web server: one thread steps it, every request reads a queue.
+"""serving/async_engine.py — the engine behind a web server: one thread steps it, every request
+reads a queue.
 
     front = AsyncEngine(engine)                         # starts the engine thread
     stream = await front.submit(prompt_ids, params, stop=["\\n"])
-    async for delta in stream:                          # RequestDelta: text, token ids, finish_reason
+    async for delta in stream:                          # RequestDelta: text, token ids,
+    finish_reason
         print(delta.text, end="")
     front.shutdown()
 
-The engine is plain synchronous Python and not thread-safe, so exactly one thread touches it: the
-engine thread. HTTP handlers run on the asyncio event loop and talk to it through a command queue
-(add a request, abort one); the thread drains the commands between steps, runs `engine.step()`
-whenever anything is unfinished, and sleeps on the queue when nothing is. Requests that arrive from
-different HTTP clients while others are running simply join the next step: that is continuous
-batching across clients, with no extra code, because the scheduler never cared where requests
-came from.
+The engine is plain synchronous Python and not thread-safe, so exactly one thread touches it:
+the engine thread. HTTP handlers run on the asyncio event loop and talk to it through a command
+queue (add a request, abort one); the thread drains the commands between steps, runs
+`engine.step()` whenever anything is unfinished, and sleeps on the queue when nothing is.
+Requests that arrive from different HTTP clients while others are running simply join the next
+step: that is continuous batching across clients, with no extra code, because the scheduler
+never cared where requests came from.
 
-After each step the thread turns each request's new tokens into text (the incremental detokenizer:
-whole characters only), passes it through the request's stop-string matcher (hold back what could
-still be a stop string), and hands the result to the request's asyncio queue with
-`loop.call_soon_threadsafe`. A stop string ends the request in the engine at once (abort_request),
-so its blocks are freed and it costs no more steps. A client that goes away calls `abort`.
+After each step the thread turns each request's new tokens into text (the incremental
+detokenizer: whole characters only), passes it through the request's stop-string matcher (hold
+back what could still be a stop string), and hands the result to the request's asyncio queue
+with `loop.call_soon_threadsafe`. A stop string ends the request in the engine at once
+(abort_request), so its blocks are freed and it costs no more steps. A client that goes away
+calls `abort`.
 
-`step_log` keeps the last steps' plans (which requests ran together, how many tokens each), so the
-batching across clients can be seen; vLLM's equivalents are its scheduler stats and iteration logs.
+`step_log` keeps the last steps' plans (which requests ran together, how many tokens each), so
+the batching across clients can be seen; vLLM's equivalents are its scheduler stats and
+iteration logs.
 """
 
 from __future__ import annotations
@@ -49,8 +53,12 @@ class RequestDelta:
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0  # so far
     error: str | None = None  # the engine refused the request (set on the only delta it gets)
-    logprobs: list | None = None  # per token of token_ids: (logprob, [(id, logprob)]), if asked for
-    prompt_logprobs: list | None = None  # on the first delta, if asked for (see Output.prompt_logprobs)
+    logprobs: list | None = (
+        None  # per token of token_ids: (logprob, [(id, logprob)]), if asked for
+    )
+    prompt_logprobs: list | None = (
+        None  # on the first delta, if asked for (see Output.prompt_logprobs)
+    )
 
 
 @dataclass
@@ -59,13 +67,16 @@ class StepRecord:
 
     step: int
     time: float  # seconds since the engine thread started
-    chunks: list[tuple[str, str, int]]  # (request_id, kind, num_new_tokens) for each scheduled chunk
+    chunks: list[
+        tuple[str, str, int]
+    ]  # (request_id, kind, num_new_tokens) for each scheduled chunk
     seconds: float  # wall time of the step
 
 
 @dataclass
 class _Request:
-    """The engine thread's state of one request (the text side; the engine holds the token side)."""
+    """The engine thread's state of one request (the text side; the engine holds the token
+    side)."""
 
     request_id: str
     num_prompt: int
@@ -80,7 +91,8 @@ class _Request:
 
 
 class RequestStream:
-    """An async iterator over one request's deltas; `aclose`/`abort` tells the engine to stop it."""
+    """An async iterator over one request's deltas; `aclose`/`abort` tells the engine to stop
+    it."""
 
     def __init__(self, front: "AsyncEngine", request_id: str, out: asyncio.Queue):
         self.front, self.request_id, self.out = front, request_id, out
@@ -108,7 +120,9 @@ class AsyncEngine:
         if not isinstance(engine, LLMEngine):
             raise ValueError(f"engine is {engine!r}: expected an LLMEngine")
         self.engine = engine
-        engine.record_plans = True  # the thread moves each plan into step_log and clears engine.plans
+        engine.record_plans = (
+            True  # the thread moves each plan into step_log and clears engine.plans
+        )
         self.step_log: deque[StepRecord] = deque(maxlen=step_log_size)
         self.num_steps = 0
         self.commands: queue.Queue = queue.Queue()
@@ -116,22 +130,38 @@ class AsyncEngine:
         self.error: BaseException | None = None  # an exception that stopped the engine thread
         self._stop = threading.Event()
         self._started = time.perf_counter()
-        self.metrics = None  # a serving.metrics.ServerMetrics, called from the engine thread when set
+        self.metrics = (
+            None  # a serving.metrics.ServerMetrics, called from the engine thread when set
+        )
         self.thread = threading.Thread(target=self._run, name="minillm-engine", daemon=True)
         self.thread.start()
 
-    # ---- called from the event loop ----------------------------------------------------------------
-    async def submit(self, prompt_ids: list[int], params: SamplingParams, stop=(), request_id: str = "",
-                     cache_salt: str | None = None, fork_of: str | None = None) -> RequestStream:
-        """Queue a request; returns its stream at once. A refused request's stream yields one error delta.
+    # ---- called from the event loop
+    #   ----------------------------------------------------------------
+    async def submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        stop=(),
+        request_id: str = "",
+        cache_salt: str | None = None,
+        fork_of: str | None = None,
+    ) -> RequestStream:
+        """Queue a request; returns its stream at once. A refused request's stream yields one
+        error delta.
 
-        fork_of: an earlier request with the same prompt whose blocks this one shares (n > 1)."""
+        fork_of: an earlier request with the same prompt whose blocks this one shares (n >
+        1)."""
         if self.error is not None or not self.thread.is_alive():
             raise RuntimeError(f"the engine thread has stopped: {self.error!r}")
         out: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         stopper = StopStringMatcher(stop)  # checked here, so a bad stop fails in the handler
-        prompt = {"prompt_token_ids": list(prompt_ids), "cache_salt": cache_salt} if cache_salt else list(prompt_ids)
+        prompt = (
+            {"prompt_token_ids": list(prompt_ids), "cache_salt": cache_salt}
+            if cache_salt
+            else list(prompt_ids)
+        )
         self.commands.put(("add", request_id, prompt, params, stopper, out, loop, fork_of))
         return RequestStream(self, request_id, out)
 
@@ -144,13 +174,20 @@ class AsyncEngine:
         self.thread.join(timeout)
 
     def stats(self) -> dict:
-        """A snapshot for /stats (read without a lock: ints and lengths only, good enough for monitoring)."""
+        """A snapshot for /stats (read without a lock: ints and lengths only, good enough for
+        monitoring)."""
         sched = self.engine.scheduler
-        return {"num_blocks": sched.pool.num_blocks, "num_free_blocks": sched.pool.num_free,
-                "num_running": len(sched.running), "num_waiting": len(sched.waiting), "num_steps": self.num_steps,
-                "num_requests": len(self.requests)}
+        return {
+            "num_blocks": sched.pool.num_blocks,
+            "num_free_blocks": sched.pool.num_free,
+            "num_running": len(sched.running),
+            "num_waiting": len(sched.waiting),
+            "num_steps": self.num_steps,
+            "num_requests": len(self.requests),
+        }
 
-    # ---- the engine thread -------------------------------------------------------------------------
+    # ---- the engine thread
+    #   -------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
@@ -161,7 +198,10 @@ class AsyncEngine:
         except BaseException as e:  # noqa: BLE001 - reported to every waiting request, then kept for /health
             self.error = e
             for req in list(self.requests.values()):
-                self._send(req, RequestDelta("", [], error=f"the engine failed: {type(e).__name__}: {e}"))
+                self._send(
+                    req,
+                    RequestDelta("", [], error=f"the engine failed: {type(e).__name__}: {e}"),
+                )
 
     def _drain(self, block: bool) -> None:
         """Apply every queued command; wait for one first if the engine has nothing to do."""
@@ -180,12 +220,22 @@ class AsyncEngine:
         if cmd[0] == "add":
             _, rid, prompt, params, stopper, out, loop, fork_of = cmd
             tok = self.engine.tokenizer
-            num_prompt = len(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else len(prompt)
-            req = _Request(rid, num_prompt, IncrementalDetokenizer(tok) if tok is not None else None, stopper, out)
+            num_prompt = (
+                len(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else len(prompt)
+            )
+            req = _Request(
+                rid,
+                num_prompt,
+                IncrementalDetokenizer(tok) if tok is not None else None,
+                stopper,
+                out,
+            )
             req.loop, req.arrival = loop, time.perf_counter()
             try:
                 self.engine.add_request(prompt, params, request_id=rid, fork_of=fork_of)
-            except ValueError as e:  # the engine refuses it (too long for the pool, a repeated id): a 400
+            except (
+                ValueError
+            ) as e:  # the engine refuses it (too long for the pool, a repeated id): a 400
                 self._send(req, RequestDelta("", [], error=str(e)))
                 return
             self.requests[rid] = req
@@ -201,9 +251,14 @@ class AsyncEngine:
         self.num_steps += 1
         for plan in plans:
             if plan.chunks:
-                self.step_log.append(StepRecord(self.num_steps, t - self._started,
-                                                [(c.request_id, c.kind, c.num_new) for c in plan.chunks],
-                                                time.perf_counter() - t))
+                self.step_log.append(
+                    StepRecord(
+                        self.num_steps,
+                        t - self._started,
+                        [(c.request_id, c.kind, c.num_new) for c in plan.chunks],
+                        time.perf_counter() - t,
+                    )
+                )
         now = time.perf_counter()
         if self.metrics is not None:
             self.metrics.on_step(plans)
@@ -212,7 +267,10 @@ class AsyncEngine:
             if req is None:
                 continue  # aborted while this step ran
             if self.metrics is not None:
-                self.metrics.on_token(now - (req.last_token if req.num_output else req.arrival), req.num_output == 0)
+                self.metrics.on_token(
+                    now - (req.last_token if req.num_output else req.arrival),
+                    req.num_output == 0,
+                )
             req.num_output += 1
             req.last_token = now
             if req.num_output == 1:
@@ -224,23 +282,38 @@ class AsyncEngine:
                     text += req.detok.flush()
                 finish = ev.output.finish_reason
             text, stopped = req.stopper.add(text)
-            if stopped and finish is None:  # a stop string: end it in the engine now, freeing its blocks
+            if (
+                stopped and finish is None
+            ):  # a stop string: end it in the engine now, freeing its blocks
                 self.engine.abort_request(ev.request_id)
             if stopped:
                 finish = "stop"
             elif finish is not None:
                 text += req.stopper.flush()
-            self._send(req, RequestDelta(text, [ev.token_id], finish, req.num_prompt, req.num_output,
-                                         logprobs=None if ev.logprobs is None else [ev.logprobs],
-                                         prompt_logprobs=ev.prompt_logprobs))
+            self._send(
+                req,
+                RequestDelta(
+                    text,
+                    [ev.token_id],
+                    finish,
+                    req.num_prompt,
+                    req.num_output,
+                    logprobs=None if ev.logprobs is None else [ev.logprobs],
+                    prompt_logprobs=ev.prompt_logprobs,
+                ),
+            )
             if finish is not None:
                 del self.requests[ev.request_id]
                 if self.metrics is not None:
-                    self.metrics.on_finish(req.num_output, now - req.arrival, now - req.first_token, finish)
+                    self.metrics.on_finish(
+                        req.num_output, now - req.arrival, now - req.first_token, finish
+                    )
 
     @staticmethod
     def _send(req: _Request, delta: RequestDelta) -> None:
         try:
             req.loop.call_soon_threadsafe(req.out.put_nowait, delta)
-        except RuntimeError:  # the event loop is closed (the server is shutting down): nobody is listening
+        except (
+            RuntimeError
+        ):  # the event loop is closed (the server is shutting down): nobody is listening
             pass

@@ -1,18 +1,20 @@
 """serving/protocol.py — the request and response shapes of OpenAI's API, and its error JSON.
 
-Requests are pydantic models (vLLM's `protocol.py` does the same), so FastAPI turns a bad body into
-a list of errors; `validation_error` words the first one in this book's style and OpenAI's shape:
+Requests are pydantic models (vLLM's `protocol.py` does the same), so FastAPI turns a bad body
+into a list of errors; `validation_error` words the first one in this book's style and OpenAI's
+shape:
 
-    {"error": {"message": "temperature is 7: expected a number <= 2", "type": "invalid_request_error",
+    {"error": {"message": "temperature is 7: expected a number <= 2", "type":
+    "invalid_request_error",
                "param": "temperature", "code": 400}}
 
-As vLLM does, a field this server does not know is accepted and logged ("present in the request but
-ignored"), while a field that would change the answer and is not implemented (`tools`,
-`response_format` other than text, `suffix`, `best_of`, ...) is a 400 saying "not supported by this
-server". vLLM's extensions accepted here: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
-`stop_token_ids`, `cache_salt` (chapter 7's prefix-cache salt), `return_token_ids` (each chunk then
-carries the ids it covers, which is how `bench-serve` counts tokens on a model without a tokenizer)
-and `stream_options.continuous_usage_stats` (usage on every chunk).
+As vLLM does, a field this server does not know is accepted and logged ("present in the request
+but ignored"), while a field that would change the answer and is not implemented (`tools`,
+`response_format` other than text, `suffix`, `best_of`, ...) is a 400 saying "not supported by
+this server". vLLM's extensions accepted here: `top_k`, `min_p`, `repetition_penalty`,
+`ignore_eos`, `stop_token_ids`, `cache_salt` (chapter 7's prefix-cache salt), `return_token_ids`
+(each chunk then carries the ids it covers, which is how `bench-serve` counts tokens on a model
+without a tokenizer) and `stream_options.continuous_usage_stats` (usage on every chunk).
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ import time
 import uuid
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, conlist, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    conlist,
+    field_validator,
+    model_validator,
+)
 
 from minillm.sampling import MAX_LOGPROBS, SamplingParams
 
@@ -36,7 +48,8 @@ class StreamOptions(BaseModel):
 
 
 def _active(name: str, v) -> bool:
-    """Whether an unsupported field asks for something (an empty or neutral value changes nothing)."""
+    """Whether an unsupported field asks for something (an empty or neutral value changes
+    nothing)."""
     if v is None or v == [] or v == "" or v == {}:
         return False
     if name in ("tool_choice", "function_call"):
@@ -50,10 +63,32 @@ def _active(name: str, v) -> bool:
     return True
 
 
-UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "response_format", "suffix", "best_of",
-               "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
-               "audio", "modalities", "prediction", "prompt_embeds", "lora_request")
-IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls")  # no effect on the answer here
+UNSUPPORTED = (
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "response_format",
+    "suffix",
+    "best_of",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+    "audio",
+    "modalities",
+    "prediction",
+    "prompt_embeds",
+    "lora_request",
+)
+IGNORED = (
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "parallel_tool_calls",
+)  # no effect on the answer here
 
 
 class SamplingFields(BaseModel):
@@ -62,10 +97,14 @@ class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: Optional[StrictStr] = None  # optional: this server serves one model
     max_tokens: Optional[StrictInt] = Field(None, ge=0)
-    max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)  # chat's newer name for max_tokens
+    max_completion_tokens: Optional[StrictInt] = Field(
+        None, ge=1
+    )  # chat's newer name for max_tokens
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, gt=0, le=1)
-    top_k: Optional[StrictInt] = Field(None, ge=0)  # vLLM's extension; 0 (and OpenAI's absence) keeps all
+    top_k: Optional[StrictInt] = Field(
+        None, ge=0
+    )  # vLLM's extension; 0 (and OpenAI's absence) keeps all
     min_p: Optional[float] = Field(None, ge=0, le=1)
     presence_penalty: Optional[float] = Field(None, ge=-2, le=2)
     frequency_penalty: Optional[float] = Field(None, ge=-2, le=2)
@@ -79,7 +118,9 @@ class SamplingFields(BaseModel):
     stream_options: Optional[StreamOptions] = None
     n: StrictInt = Field(1, ge=1, le=64)
     return_token_ids: StrictBool = False
-    cache_salt: Optional[StrictStr] = Field(None, min_length=1)  # vLLM's: only equal salts share cached blocks
+    cache_salt: Optional[StrictStr] = Field(
+        None, min_length=1
+    )  # vLLM's: only equal salts share cached blocks
 
     @field_validator("stop")
     @classmethod
@@ -100,13 +141,16 @@ class SamplingFields(BaseModel):
     def _bias(cls, v):
         for k, b in (v or {}).items():
             if not k.isdigit():
-                raise ValueError(f"logit_bias has the key {k!r}: expected token ids (as strings) >= 0")
+                raise ValueError(
+                    f"logit_bias has the key {k!r}: expected token ids (as strings) >= 0"
+                )
             if not -100 <= b <= 100:
                 raise ValueError(f"logit_bias[{k}] is {b}: expected a bias in [-100, 100]")
         return v
 
     def check_fields(self) -> None:
-        """A 400 for an answer-changing field this server lacks; a warning for fields it does not know."""
+        """A 400 for an answer-changing field this server lacks; a warning for fields it does
+        not know."""
         extra = dict(self.model_extra or {})
         for name in UNSUPPORTED:
             if name in extra and _active(name, extra[name]):
@@ -115,31 +159,70 @@ class SamplingFields(BaseModel):
         if self.stream_options is not None and self.stream_options.model_extra:
             unknown += [f"stream_options.{k}" for k in sorted(self.stream_options.model_extra)]
         if unknown:  # vLLM's wording (vllm/entrypoints/openai/protocol.py)
-            logger.warning("The following fields were present in the request but ignored: %s", unknown)
+            logger.warning(
+                "The following fields were present in the request but ignored: %s", unknown
+            )
 
-    def sampling_params(self, defaults: SamplingParams, max_tokens: int | None = None, logprobs=None,
-                        prompt_logprobs=None) -> SamplingParams:
-        """The engine's SamplingParams: fields the request leaves out come from the checkpoint's defaults
+    def sampling_params(
+        self,
+        defaults: SamplingParams,
+        max_tokens: int | None = None,
+        logprobs=None,
+        prompt_logprobs=None,
+    ) -> SamplingParams:
+        """The engine's SamplingParams: fields the request leaves out come from the checkpoint's
+        defaults
         (max_tokens: the request's, else the given default, else the checkpoint's)."""
-        asked = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        max_tokens = asked if asked is not None else max_tokens if max_tokens is not None else defaults.max_tokens
-        pick = lambda name: getattr(self, name) if getattr(self, name) is not None else getattr(defaults, name)  # noqa
+        asked = (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else self.max_tokens
+        )
+        max_tokens = (
+            asked
+            if asked is not None
+            else max_tokens
+            if max_tokens is not None
+            else defaults.max_tokens
+        )
+        pick = lambda name: (
+            getattr(self, name) if getattr(self, name) is not None else getattr(defaults, name)
+        )  # noqa
         return SamplingParams(
-            max_tokens=max(1, max_tokens), temperature=pick("temperature"), top_p=pick("top_p"), top_k=pick("top_k"),
-            min_p=pick("min_p"), presence_penalty=pick("presence_penalty"),
-            frequency_penalty=pick("frequency_penalty"), repetition_penalty=pick("repetition_penalty"),
+            max_tokens=max(1, max_tokens),
+            temperature=pick("temperature"),
+            top_p=pick("top_p"),
+            top_k=pick("top_k"),
+            min_p=pick("min_p"),
+            presence_penalty=pick("presence_penalty"),
+            frequency_penalty=pick("frequency_penalty"),
+            repetition_penalty=pick("repetition_penalty"),
             logit_bias={int(k): b for k, b in (self.logit_bias or {}).items()},
-            stop_token_ids=tuple(self.stop_token_ids or ()), seed=self.seed, ignore_eos=self.ignore_eos,
-            n=self.n, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+            stop_token_ids=tuple(self.stop_token_ids or ()),
+            seed=self.seed,
+            ignore_eos=self.ignore_eos,
+            n=self.n,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
+        )
 
     @property
     def stop_strings(self) -> list[str]:
-        return [] if self.stop is None else [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        return (
+            []
+            if self.stop is None
+            else [self.stop]
+            if isinstance(self.stop, str)
+            else list(self.stop)
+        )
 
     @property
     def usage_every_chunk(self) -> bool:
-        return bool(self.stream_options and self.stream_options.include_usage
-                    and self.stream_options.continuous_usage_stats)
+        return bool(
+            self.stream_options
+            and self.stream_options.include_usage
+            and self.stream_options.continuous_usage_stats
+        )
 
 
 class FieldError(ValueError):
@@ -168,14 +251,23 @@ class CompletionRequest(SamplingFields):
     def _prompts(cls, v):
         if isinstance(v, str) or (isinstance(v, list) and v and all(_is_id(t) for t in v)):
             v = [v]
-        ok = isinstance(v, list) and v and (all(isinstance(p, str) for p in v) or all(
-            isinstance(p, list) and all(_is_id(t) for t in p) for p in v))  # one form, not a mix
+        ok = (
+            isinstance(v, list)
+            and v
+            and (
+                all(isinstance(p, str) for p in v)
+                or all(isinstance(p, list) and all(_is_id(t) for t in p) for p in v)
+            )
+        )  # one form, not a mix
         if not ok:
             shown = repr(v) if len(repr(v)) < 60 else repr(v)[:57] + "..."
             raise ValueError(f"prompt is {shown}: expected {PROMPT_FORMS}")
         empty = next((i for i, p in enumerate(v) if len(p) == 0), None)
         if empty is not None:
-            raise ValueError(f"prompt{'' if len(v) == 1 else f'[{empty}]'} is empty: expected at least one token")
+            raise ValueError(
+                f"prompt{'' if len(v) == 1 else f'[{empty}]'} is empty: expected at least one "
+                "token"
+            )
         return v
 
 
@@ -188,17 +280,22 @@ class ChatMessage(BaseModel):
     @field_validator("content", mode="before")
     @classmethod
     def _text(cls, v):
-        """A string, or a list of text parts ([{"type": "text", "text": ...}]) joined by newlines as vLLM does."""
+        """A string, or a list of text parts ([{"type": "text", "text": ...}]) joined by
+        newlines as vLLM does."""
         if isinstance(v, str):
             return v
         if not isinstance(v, list) or not all(isinstance(p, dict) for p in v):
-            raise ValueError(f"content is {v!r}: expected a string or a list of text parts "
-                             "[{\"type\": \"text\", \"text\": ...}]")
+            raise ValueError(
+                f"content is {v!r}: expected a string or a list of text parts "
+                '[{"type": "text", "text": ...}]'
+            )
         texts = []
         for p in v:
             if p.get("type") != "text":
-                raise ValueError(f"content part type {p.get('type')!r} is not supported by this server: "
-                                 "expected 'text'")
+                raise ValueError(
+                    f"content part type {p.get('type')!r} is not supported by this server: "
+                    "expected 'text'"
+                )
             if not isinstance(p.get("text"), str):
                 raise ValueError(f"content part {p!r}: expected a 'text' string")
             texts.append(p["text"])
@@ -235,7 +332,8 @@ class DetokenizeRequest(BaseModel):
     tokens: list[StrictInt]
 
 
-# ---- responses: plain dicts in OpenAI's shapes (the openai client parses them) ----------------------
+# ---- responses: plain dicts in OpenAI's shapes (the openai client parses them)
+#   ----------------------
 
 
 def new_id(prefix: str) -> str:
@@ -243,51 +341,107 @@ def new_id(prefix: str) -> str:
 
 
 def usage(num_prompt: int, num_output: int) -> dict:
-    return {"prompt_tokens": num_prompt, "completion_tokens": num_output, "total_tokens": num_prompt + num_output}
+    return {
+        "prompt_tokens": num_prompt,
+        "completion_tokens": num_output,
+        "total_tokens": num_prompt + num_output,
+    }
 
 
-def completion_choice(index: int, text: str, finish_reason, logprobs: dict | None = None, token_ids=None) -> dict:
-    choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+def completion_choice(
+    index: int, text: str, finish_reason, logprobs: dict | None = None, token_ids=None
+) -> dict:
+    choice = {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+    }
     if token_ids is not None:
         choice["token_ids"] = token_ids
     return choice
 
 
 def completion_body(rid, model, choices: list[dict], usage_: dict | None) -> dict:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": choices, "usage": usage_}
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage_,
+    }
 
 
 def chat_choice(index: int, text: str, finish_reason, logprobs: dict | None = None) -> dict:
-    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-            "finish_reason": finish_reason}
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": text},
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+    }
 
 
 def chat_body(rid, model, choices: list[dict], usage_: dict) -> dict:
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": choices, "usage": usage_}
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage_,
+    }
 
 
-def chat_chunk(rid, model, index: int, delta: dict, finish_reason=None, token_ids=None, logprobs=None,
-               usage_: dict | None = None) -> dict:
-    choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+def chat_chunk(
+    rid,
+    model,
+    index: int,
+    delta: dict,
+    finish_reason=None,
+    token_ids=None,
+    logprobs=None,
+    usage_: dict | None = None,
+) -> dict:
+    choice = {
+        "index": index,
+        "delta": delta,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+    }
     if token_ids is not None:
         choice["token_ids"] = token_ids
-    return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-            "choices": [choice], "usage": usage_}
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage_,
+    }
 
 
 def usage_chunk(rid, model, obj: str, num_prompt: int, num_output: int) -> dict:
     """The last chunk when stream_options.include_usage is set: no choices, only the counts."""
-    return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [],
-            "usage": usage(num_prompt, num_output)}
+    return {
+        "id": rid,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": usage(num_prompt, num_output),
+    }
 
 
-def completion_logprobs(token_texts: list[str], entries: list, decode, text_offset: int = 0) -> dict:
-    """OpenAI's completions logprobs: tokens, token_logprobs, top_logprobs ({text: logprob}, the token's own
+def completion_logprobs(
+    token_texts: list[str], entries: list, decode, text_offset: int = 0
+) -> dict:
+    """OpenAI's completions logprobs: tokens, token_logprobs, top_logprobs ({text: logprob}, the
+    token's own
     included, as vLLM does) and text_offset (where each token starts in the choice's text).
 
-    entries[i] is (logprob, [(id, logprob)]) or None (the first prompt token: nothing scores it).
+    entries[i] is (logprob, [(id, logprob)]) or None (the first prompt token: nothing scores
+    it).
     """
     out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     for text, e in zip(token_texts, entries):
@@ -309,23 +463,50 @@ def completion_logprobs(token_texts: list[str], entries: list, decode, text_offs
 def chat_logprobs(token_texts: list[str], entries: list, decode) -> dict:
     """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}."""
     item = lambda text, lp: {"token": text, "logprob": lp, "bytes": list(text.encode())}  # noqa: E731
-    return {"content": [dict(item(text, lp), top_logprobs=[item(decode(t), v) for t, v in top])
-                        for text, (lp, top) in zip(token_texts, entries)]}
+    return {
+        "content": [
+            dict(item(text, lp), top_logprobs=[item(decode(t), v) for t, v in top])
+            for text, (lp, top) in zip(token_texts, entries)
+        ]
+    }
 
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               500: "server_error", 503: "server_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    500: "server_error",
+    503: "server_error",
+}
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "invalid_request_error"),
-                      "param": param, "code": status}}
+    return {
+        "error": {
+            "message": message,
+            "type": ERROR_TYPES.get(status, "invalid_request_error"),
+            "param": param,
+            "code": status,
+        }
+    }
 
 
-_KINDS = {"int": "an integer", "float": "a number", "string": "a string", "bool": "true or false",
-          "list": "a list", "dict": "an object", "model": "an object", "literal": "one of"}
-_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
-           "less_than": ("<", "lt")}
+_KINDS = {
+    "int": "an integer",
+    "float": "a number",
+    "string": "a string",
+    "bool": "true or false",
+    "list": "a list",
+    "dict": "an object",
+    "model": "an object",
+    "literal": "one of",
+}
+_BOUNDS = {
+    "greater_than_equal": (">=", "ge"),
+    "greater_than": (">", "gt"),
+    "less_than_equal": ("<=", "le"),
+    "less_than": ("<", "lt"),
+}
 
 
 def _shown(x) -> str:
@@ -360,15 +541,27 @@ def describe(err: dict, param: str | None) -> str:
 
 
 def validation_error(errors: list[dict]) -> dict:
-    """FastAPI's list of pydantic errors as one OpenAI error naming the first bad field (no pydantic wording)."""
+    """FastAPI's list of pydantic errors as one OpenAI error naming the first bad field (no
+    pydantic wording)."""
     first = errors[0] if errors else {"loc": (), "type": ""}
     if first.get("type") == "json_invalid":  # the location is a character offset, not a field
-        return error_body(400, f"the request body is not valid JSON ({first.get('ctx', {}).get('error', '')})")
+        return error_body(
+            400, f"the request body is not valid JSON ({first.get('ctx', {}).get('error', '')})"
+        )
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    # pydantic adds the union member it tried ("str", "list[int]") to the location: keep the field's path
-    loc = [p for p in loc if not any(ch in p for ch in "[]") and p not in ("str", "int", "float", "bool")
-           and not p.startswith(("constrained-", "function-"))]
+    # pydantic adds the union member it tried ("str", "list[int]") to the location: keep the
+    # field's path
+    loc = [
+        p
+        for p in loc
+        if not any(ch in p for ch in "[]")
+        and p not in ("str", "int", "float", "bool")
+        and not p.startswith(("constrained-", "function-"))
+    ]
     param = ".".join(loc) or None
     if param is None and first.get("type") in ("dict_type", "model_attributes_type"):
-        return error_body(400, "the request body is not a JSON object: expected {...} with the request's fields")
+        return error_body(
+            400,
+            "the request body is not a JSON object: expected {...} with the request's fields",
+        )
     return error_body(400, describe(first, param), param)

@@ -1,22 +1,24 @@
-"""serving/stop_strings.py — stop strings in a stream: never show text that may turn out to be a stop string.
+"""serving/stop_strings.py — stop strings in a stream: never show text that may turn out to be a
+stop string.
 
     stopper = StopStringMatcher(["\\n\\n", "END"])
     for delta in deltas:                 # whole characters from the incremental detokenizer
         text, stopped = stopper.add(delta)
-        send(text)                       # safe to show: it can no longer be part of a stop string
-        if stopped:
+        send(text)                       # safe to show: it can no longer be part of a stop
+        string if stopped:
             break                        # the request is finished (finish_reason "stop")
-    send(stopper.flush())                # the request ended another way: release what was held back
+    send(stopper.flush())                # the request ended another way: release what was held
+    back
 
-A stop string can arrive split over several chunks ("EN" then "D"). Sending each chunk as it comes
-would already have shown "EN" when "D" proves it was a stop string, which OpenAI's API never puts in
-the text. So the matcher holds back the longest end of the text that is still the start of some stop
-string, and releases it only when the next characters rule that out.
+A stop string can arrive split over several chunks ("EN" then "D"). Sending each chunk as it
+comes would already have shown "EN" when "D" proves it was a stop string, which OpenAI's API
+never puts in the text. So the matcher holds back the longest end of the text that is still the
+start of some stop string, and releases it only when the next characters rule that out.
 
 Which match wins is defined so that it does not depend on how the text was cut into chunks: the
-text ends where the first stop string is *completed* (the earliest end position), and of the stop
-strings completed at that same character, the longest. That is what a reader checking after every
-single character would see, and it is what `truncate_at_stop` computes on a whole text.
+text ends where the first stop string is *completed* (the earliest end position), and of the
+stop strings completed at that same character, the longest. That is what a reader checking after
+every single character would see, and it is what `truncate_at_stop` computes on a whole text.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def check_stops(stop) -> list[str]:
 
 
 def first_stop(text: str, stops: list[str], start: int = 0) -> tuple[int, int] | None:
-    """(start, end) of the first stop string completed in text[start:]: earliest end, then longest."""
+    """(start, end) of the first stop string completed in text[start:]: earliest end, then
+    longest."""
     best = None
     for s in stops:
         i = text.find(s, start)  # the earliest start of s is also its earliest end
@@ -46,16 +49,20 @@ def first_stop(text: str, stops: list[str], start: int = 0) -> tuple[int, int] |
 
 
 def truncate_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    """The whole-text answer: (text before the first completed stop string, whether one was found)."""
+    """The whole-text answer: (text before the first completed stop string, whether one was
+    found)."""
     hit = first_stop(text, stops)
-    return (text, False) if hit is None else (text[:hit[0]], True)
+    return (text, False) if hit is None else (text[: hit[0]], True)
 
 
 def held_back_length(text: str, stops: list[str]) -> int:
-    """How many characters at the end of text could still grow into a stop string (the longest such end)."""
+    """How many characters at the end of text could still grow into a stop string (the longest
+    such end)."""
     longest = 0
     for s in stops:
-        for n in range(min(len(s) - 1, len(text)), longest, -1):  # a full match would have stopped already
+        for n in range(
+            min(len(s) - 1, len(text)), longest, -1
+        ):  # a full match would have stopped already
             if text.endswith(s[:n]):
                 longest = n
                 break
@@ -67,11 +74,14 @@ class StopStringMatcher:
 
     def __init__(self, stops):
         self.stops = check_stops(stops)
-        self.held = ""  # text received but not released: it may still be the start of a stop string
+        self.held = (
+            ""  # text received but not released: it may still be the start of a stop string
+        )
         self.stopped = False
 
     def add(self, delta: str) -> tuple[str, bool]:
-        """(text to release now, whether a stop string just completed). After a stop, nothing more."""
+        """(text to release now, whether a stop string just completed). After a stop, nothing
+        more."""
         if not isinstance(delta, str):
             raise ValueError(f"delta is {delta!r}: expected a string")
         if self.stopped:
@@ -80,14 +90,17 @@ class StopStringMatcher:
             return delta, False
         buffer = self.held + delta
         hit = first_stop(buffer, self.stops)
-        if hit is not None:  # everything before the stop string is released, the rest is dropped
+        if (
+            hit is not None
+        ):  # everything before the stop string is released, the rest is dropped
             self.held, self.stopped = "", True
-            return buffer[:hit[0]], True
+            return buffer[: hit[0]], True
         keep = held_back_length(buffer, self.stops)
-        self.held = buffer[len(buffer) - keep:]
-        return buffer[:len(buffer) - keep], False
+        self.held = buffer[len(buffer) - keep :]
+        return buffer[: len(buffer) - keep], False
 
     def flush(self) -> str:
-        """The request ended without a stop string: the held-back text is ordinary text after all."""
+        """The request ended without a stop string: the held-back text is ordinary text after
+        all."""
         text, self.held = ("" if self.stopped else self.held), ""
         return text

@@ -1,4 +1,5 @@
-"""exercises.py — the exercises on disk: practice/problems/<slug>/ folders, read in book order."""
+"""exercises.py — the exercises on disk: practice/problems/<slug>/ folders, read in book
+order."""
 
 from __future__ import annotations
 
@@ -35,26 +36,38 @@ class Exercise:
 
 
 def front_matter(text: str) -> tuple[dict, str]:
-    """The YAML front matter (problem_md.py, shared with the site) and the body; {} when there is none."""
+    """The YAML front matter (problem_md.py, shared with the site) and the body; {} when there
+    is none."""
     meta, body = split_front_matter(text)
     return meta or {}, body
 
 
 def load_exercises() -> list[Exercise]:
-    """Every practice/problems/<slug>/ folder with a problem.md, in book order (chapter, then `order`)."""
+    """Every practice/problems/<slug>/ folder with a problem.md, in book order (chapter, then
+    `order`)."""
     found = []
     for md in sorted(PROBLEMS.glob("*/problem.md")):
         try:
             meta, _ = front_matter(md.read_text(encoding="utf-8"))
         except ValueError as e:
             raise UsageError(f"{md}: {e}") from None
-        found.append((str(meta.get("chapter", "")), meta.get("order", 1000), md.parent.name, meta))
+        found.append(
+            (str(meta.get("chapter", "")), meta.get("order", 1000), md.parent.name, meta)
+        )
     exercises = []
     for number, (chapter, _, slug, meta) in enumerate(sorted(found), start=1):
         requires = meta.get("requires") or []
-        exercises.append(Exercise(slug, number, str(meta.get("title", slug)), chapter,
-                                  str(meta.get("difficulty", "?")),
-                                  [requires] if isinstance(requires, str) else list(requires), PROBLEMS / slug))
+        exercises.append(
+            Exercise(
+                slug,
+                number,
+                str(meta.get("title", slug)),
+                chapter,
+                str(meta.get("difficulty", "?")),
+                [requires] if isinstance(requires, str) else list(requires),
+                PROBLEMS / slug,
+            )
+        )
     return exercises
 
 
@@ -74,14 +87,18 @@ def find(exercises: list[Exercise], wanted: str) -> Exercise:
 
 def section(body: str, heading: str) -> str:
     """The text under '## heading' up to the next '## ' heading ('' if absent)."""
-    match = re.search(rf"^## {re.escape(heading)}\s*\n(.*?)(?=^## |\Z)", body, re.DOTALL | re.MULTILINE)
+    match = re.search(
+        rf"^## {re.escape(heading)}\s*\n(.*?)(?=^## |\Z)", body, re.DOTALL | re.MULTILINE
+    )
     return match.group(1).strip() if match else ""
 
 
 def task_text(ex: Exercise) -> str:
     """problem.md without its front matter and its hints."""
     _, body = front_matter((ex.folder / "problem.md").read_text(encoding="utf-8"))
-    return re.sub(r"^## Hints\s*\n.*?(?=^## |\Z)", "", body, flags=re.DOTALL | re.MULTILINE).strip()
+    return re.sub(
+        r"^## Hints\s*\n.*?(?=^## |\Z)", "", body, flags=re.DOTALL | re.MULTILINE
+    ).strip()
 
 
 # ------------------------------------------------------------------ what this machine can run

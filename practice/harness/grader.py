@@ -1,12 +1,13 @@
-"""grader.py — the test process `judge.py` starts: pytest with the judge's plugin, from a fresh copy.
+"""grader.py — the test process `judge.py` starts: pytest with the judge's plugin, from a fresh
+copy.
 
     python -I <copy>/practice/harness/grader.py <pytest arguments>
 
 Before pytest starts, the process makes itself non-dumpable (other processes of the user cannot
-open its /proc files: the results pipe, the signing key), asks for SIGTERM when the judge dies, and
-becomes a subreaper, so whatever the reader's code leaves running comes back to it and is stopped.
-If the judge was killed, it also does the judge's last job: the real tree back as it was (from this
-copy, if the copy is still the snapshot), and the copy removed.
+open its /proc files: the results pipe, the signing key), asks for SIGTERM when the judge dies,
+and becomes a subreaper, so whatever the reader's code leaves running comes back to it and is
+stopped. If the judge was killed, it also does the judge's last job: the real tree back as it
+was (from this copy, if the copy is still the snapshot), and the copy removed.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main() -> int:
 
 
 def clean_up_for_the_judge() -> None:
-    """The judge was killed before it could clean up: put the real tree back from this copy, remove the copy."""
+    """The judge was killed before it could clean up: put the real tree back from this copy,
+    remove the copy."""
     from tree import Snapshot
 
     copy = HERE.parents[1]
@@ -54,8 +56,14 @@ def clean_up_for_the_judge() -> None:
     plugin = sys.modules.get("judge_plugin")
     could_write = getattr(getattr(plugin, "LEARNERS", None), "mode", None) != "namespaces"
     snapshot = Snapshot(copy)
-    if could_write and os.environ.get(REPO_ENV) and snapshot.digest == os.environ.get(DIGEST_ENV):
-        snapshot.verify(Path(os.environ[REPO_ENV]))  # the replaced versions are kept in a temp folder
+    if (
+        could_write
+        and os.environ.get(REPO_ENV)
+        and snapshot.digest == os.environ.get(DIGEST_ENV)
+    ):
+        snapshot.verify(
+            Path(os.environ[REPO_ENV])
+        )  # the replaced versions are kept in a temp folder
     shutil.rmtree(copy, ignore_errors=True)
 
 

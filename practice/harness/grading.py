@@ -1,8 +1,10 @@
-"""grading.py — what every exercise's tests share: comparisons with messages a reader can act on.
+"""grading.py — what every exercise's tests share: comparisons with messages a reader can act
+on.
 
 What was expected, what came back, and where the two first differ. The values compared came back
-from the reader's process (practice/harness/remote.py); everything here runs in the grader, where the
-reader's code never does. Standard library only; torch is imported when a tensor is compared.
+from the reader's process (practice/harness/remote.py); everything here runs in the grader,
+where the reader's code never does. Standard library only; torch is imported when a tensor is
+compared.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from wire import show
 
 
 def share(obj, *, methods=(), call: bool = False):
-    """Let the reader's code call `obj` (call=True) and the named methods of it (see remote.py); returns obj."""
+    """Let the reader's code call `obj` (call=True) and the named methods of it (see remote.py);
+    returns obj."""
     from remote import share as _share
 
     return _share(obj, methods=methods, call=call)
 
 
-# ---------------------------------------------------------------- comparisons with readable failures
+# ---------------------------------------------------------------- comparisons with readable
+#   failures
 
 
 def fail(message: str):
@@ -29,7 +33,8 @@ def fail(message: str):
 
 def check_equal(got, expected, what: str) -> None:
     """got == expected (tensors compare as lists, tuples as lists; a tensor expected as a tensor
-    also by its shape, which lists lose when a dimension is 0); on failure, where they differ."""
+    also by its shape, which lists lose when a dimension is 0); on failure, where they
+    differ."""
     if _is_tensor(got) and _is_tensor(expected) and tuple(got.shape) != tuple(expected.shape):
         fail(f"{what} has shape {list(got.shape)}; expected {list(expected.shape)}")
     g, e = _plain(got), _plain(expected)
@@ -38,11 +43,16 @@ def check_equal(got, expected, what: str) -> None:
     lines = [f"{what} is wrong", f"  expected {show(expected)}", f"  got      {show(got)}"]
     if isinstance(g, list) and isinstance(e, list):
         if len(g) != len(e):
-            lines.append(f"  it has {len(g)} {'entry' if len(g) == 1 else 'entries'}; expected {len(e)}")
+            lines.append(
+                f"  it has {len(g)} {'entry' if len(g) == 1 else 'entries'}; expected {len(e)}"
+            )
         seq_g, seq_e = _sequence(got), _sequence(expected)
         for i, (a, b) in enumerate(zip(g, e)):
             if a != b:
-                lines.append(f"  first difference at index {i}: expected {show(seq_e[i])}, got {show(seq_g[i])}")
+                lines.append(
+                    f"  first difference at index {i}: expected {show(seq_e[i])}, got "
+                    f"{show(seq_g[i])}"
+                )
                 break
     fail("\n".join(lines))
 
@@ -51,8 +61,11 @@ def _sequence(x) -> list:
     return x.tolist() if _is_tensor(x) else list(x)
 
 
-def check_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 0.0, dtype=None) -> None:
-    """Tensors equal within atol + rtol * |expected|, of the same shape (and dtype, when given)."""
+def check_close(
+    got, expected, what: str, atol: float = 1e-5, rtol: float = 0.0, dtype=None
+) -> None:
+    """Tensors equal within atol + rtol * |expected|, of the same shape (and dtype, when
+    given)."""
     import torch
 
     if not isinstance(got, torch.Tensor):
@@ -65,8 +78,10 @@ def check_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 0.0,
     broken = ~torch.isfinite(g) & torch.isfinite(e)
     if broken.any():
         i = _index(broken.nonzero()[0])
-        fail(f"{what} holds {int(broken.sum())} inf/nan values where finite ones were expected\n"
-             f"  first at index {i}: expected {e[i].item():.6g}, got {g[i].item()}")
+        fail(
+            f"{what} holds {int(broken.sum())} inf/nan values where finite ones were expected\n"
+            f"  first at index {i}: expected {e[i].item():.6g}, got {g[i].item()}"
+        )
     err = (g - e).abs()
     err[torch.isinf(e) & (g == e)] = 0  # -inf where -inf was expected is right
     tol = atol + rtol * e.abs().nan_to_num(posinf=0.0)
@@ -74,54 +89,75 @@ def check_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 0.0,
     if bad.any() or err.isnan().any():
         bad = bad | err.isnan()
         i = _index((err - tol).nan_to_num(nan=math.inf).flatten().argmax(), g.shape)
-        fail(f"{what} is wrong in {int(bad.sum())} of {bad.numel()} entries\n"
-             f"  worst at index {i}: expected {e[i].item():.6g}, got {g[i].item():.6g} "
-             f"(error {err[i].item():.2g}, allowed {tol[i].item():.2g})")
+        fail(
+            f"{what} is wrong in {int(bad.sum())} of {bad.numel()} entries\n"
+            f"  worst at index {i}: expected {e[i].item():.6g}, got {g[i].item():.6g} "
+            f"(error {err[i].item():.2g}, allowed {tol[i].item():.2g})"
+        )
 
 
 def check_rounding(got, expected, what: str, max_fraction: float = 0.01) -> None:
-    """A half-precision result as one float32 computation rounded once would give: at most one unit in the
-    last place (ulp) off, in at most `max_fraction` of the entries. Computing in the half-precision dtype
-    itself, or rounding twice, misses in far more entries, so this tells the two apart where a tolerance cannot."""
+    """A half-precision result as one float32 computation rounded once would give: at most one
+    unit in the
+    last place (ulp) off, in at most `max_fraction` of the entries. Computing in the
+    half-precision dtype itself, or rounding twice, misses in far more entries, so this tells
+    the two apart where a tolerance cannot."""
     import torch
 
     check_close(got, expected, what, atol=math.inf, dtype=expected.dtype)
-    as_int = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}[expected.dtype]
-    ulps = (got.detach().cpu().view(as_int).long() - expected.detach().cpu().view(as_int).long()).abs()
+    as_int = {
+        torch.float16: torch.int16,
+        torch.bfloat16: torch.int16,
+        torch.float32: torch.int32,
+    }[expected.dtype]
+    ulps = (
+        got.detach().cpu().view(as_int).long() - expected.detach().cpu().view(as_int).long()
+    ).abs()
     off, allowed = int((ulps > 0).sum()), int(max_fraction * ulps.numel())
     if off > allowed or (ulps > 1).any():
         i = _index(ulps.flatten().argmax(), ulps.shape)
-        fail(f"{what} is not float32 arithmetic rounded once to {expected.dtype}: {off} of {ulps.numel()} entries "
-             f"differ (at most {allowed} may, by one unit in the last place)\n"
-             f"  worst at index {i}: expected {expected[i].item():.6g}, got {got[i].item():.6g} "
-             f"({int(ulps[i])} units apart)")
+        fail(
+            f"{what} is not float32 arithmetic rounded once to {expected.dtype}: {off} of "
+            f"{ulps.numel()} entries "
+            f"differ (at most {allowed} may, by one unit in the last place)\n"
+            f"  worst at index {i}: expected {expected[i].item():.6g}, got {got[i].item():.6g} "
+            f"({int(ulps[i])} units apart)"
+        )
 
 
 def check_names(error: BaseException, value, what: str) -> None:
-    """The error message names the value at fault (`block 7 is ...`), so the reader can find it."""
+    """The error message names the value at fault (`block 7 is ...`), so the reader can
+    find it."""
     text = str(value)
     if text not in str(error):
-        fail(f"the error of {what} should name {text}, so the caller can find it; its message was: {error}")
+        fail(
+            f"the error of {what} should name {text}, so the caller can find it; its message "
+            f"was: {error}"
+        )
 
 
 def storage(obj, *path):
-    """Where an attribute of the reader's object lives in its process: (object id, data pointer).
+    """Where an attribute of the reader's object lives in its process: (object id, data
+    pointer).
 
-    Equal before and after a few calls means the object was not reallocated (a preallocated buffer)."""
+    Equal before and after a few calls means the object was not reallocated (a preallocated
+    buffer)."""
     from remote import identity
 
     return identity(obj, list(path))[:2]
 
 
 def defined_in(obj) -> tuple:
-    """(module, class name) of the reader's object, or of the reader's class itself: whose code is it?"""
+    """(module, class name) of the reader's object, or of the reader's class itself: whose code
+    is it?"""
     from remote import identity
 
     return identity(obj, [])[2:4]
 
 
 def global_random_state(learner) -> str:
-    """A digest of the global random state in the reader's process (torch's default generator and
+    """A digest of the global random state in the reader's process (torch's default generator
+    and
     Python's `random`): equal before and after a call means the call left it alone."""
     from remote import identity
 
@@ -129,9 +165,10 @@ def global_random_state(learner) -> str:
 
 
 def launch(kernel, grid, *args, **kwargs) -> list:
-    """The reader's Triton kernel launched as kernel[grid](*args, **kwargs) in the reader's process,
-    on copies of the tensors given; returns the arguments as the kernel left them (what it wrote,
-    and where)."""
+    """The reader's Triton kernel launched as kernel[grid](*args, **kwargs) in the reader's
+    process,
+    on copies of the tensors given; returns the arguments as the kernel left them (what it
+    wrote, and where)."""
     from remote import launch as _launch
 
     return _launch(kernel, grid, args, kwargs)
@@ -159,7 +196,8 @@ def check_raises(error: type[BaseException], fn, *args, what: str, **kwargs) -> 
 
 
 def _plain(x):
-    """Tensors as lists, tuples as lists: a reader may return either where a sequence is asked for."""
+    """Tensors as lists, tuples as lists: a reader may return either where a sequence is asked
+    for."""
     if _is_tensor(x):
         return x.tolist()
     if isinstance(x, (list, tuple)):

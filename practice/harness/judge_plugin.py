@@ -1,11 +1,12 @@
 """judge_plugin.py — the pytest plugin of the grader (`-p judge_plugin` in practice/pytest.ini).
 
-It gives the tests their `learner`: a proxy of the reader's file running in its own sandboxed process
-(remote.py), one per file, restarted after a crash or a time-out. It puts a time limit on every test,
-and it reports every event to the judge as one signed JSON line, in words a reader can act on: which
-test, passed or not, the failing check, expected vs got, the line of the reader's code at fault, and
-the test's hint (its docstring). In `check` mode it runs every test once per target (solution,
-starter, each wrong answer), and stops a wrong answer at its first failure.
+It gives the tests their `learner`: a proxy of the reader's file running in its own sandboxed
+process (remote.py), one per file, restarted after a crash or a time-out. It puts a time limit
+on every test, and it reports every event to the judge as one signed JSON line, in words a
+reader can act on: which test, passed or not, the failing check, expected vs got, the line of
+the reader's code at fault, and the test's hint (its docstring). In `check` mode it runs every
+test once per target (solution, starter, each wrong answer), and stops a wrong answer at its
+first failure.
 """
 
 from __future__ import annotations
@@ -25,8 +26,18 @@ import pytest
 import remote
 from verdicts import describe_failure, skip_reason
 from learners import RemoteLearner, Zygote
-from protocol import (EVENTS_FD_ENV, FILE_ENV, KEY_FD_ENV, PRELOAD_ENV, SOLUTION, TARGETS_ENV,
-                      TIMEOUT_ENV, DEFAULT_TIMEOUT, WRONG_DIR, import_timeout)
+from protocol import (
+    EVENTS_FD_ENV,
+    FILE_ENV,
+    KEY_FD_ENV,
+    PRELOAD_ENV,
+    SOLUTION,
+    TARGETS_ENV,
+    TIMEOUT_ENV,
+    DEFAULT_TIMEOUT,
+    WRONG_DIR,
+    import_timeout,
+)
 
 
 class Events:
@@ -35,7 +46,9 @@ class Events:
     def __init__(self):
         fd, key_fd = os.environ.get(EVENTS_FD_ENV), os.environ.get(KEY_FD_ENV)
         self.out = os.fdopen(int(fd), "w", buffering=1) if fd else None
-        self.key = bytearray(64)  # a bytearray, so the zygote's copy can be wiped after the fork
+        self.key = bytearray(
+            64
+        )  # a bytearray, so the zygote's copy can be wiped after the fork
         if key_fd:
             size = os.readv(int(key_fd), [self.key])
             del self.key[size:]
@@ -67,14 +80,19 @@ def timeout() -> float:
 
 
 class Learners:
-    """One sandboxed process at a time: the current exercise's, importing the files its tests grade."""
+    """One sandboxed process at a time: the current exercise's, importing the files its tests
+    grade."""
 
     def __init__(self):
         self.zygote: Zygote | None = None
         self.process: RemoteLearner | None = None
         self.exercise: str | None = None
-        self.mode: str | None = None  # the sandbox the reader's processes run in, once one started
-        self.modules: dict[str, object] = {}  # file -> its module's proxy, in the running process
+        self.mode: str | None = (
+            None  # the sandbox the reader's processes run in, once one started
+        )
+        self.modules: dict[
+            str, object
+        ] = {}  # file -> its module's proxy, in the running process
         self.load_errors: dict[str, remote.LoadFailed] = {}
         self.failed_targets: set[tuple[str, str]] = set()
 
@@ -82,13 +100,16 @@ class Learners:
         if self.zygote is None:
             default = "torch,minillm" if importlib.util.find_spec("torch") else ""
             preload = os.environ.get(PRELOAD_ENV, default).split(",")
-            self.zygote = Zygote([m for m in preload if m], forget=EVENTS.key if EVENTS else None)
+            self.zygote = Zygote(
+                [m for m in preload if m], forget=EVENTS.key if EVENTS else None
+            )
             self.mode = self.zygote.mode
             emit(event="sandbox", mode=self.zygote.mode, why=self.zygote.why)
         return self.zygote
 
     def get(self, path: Path, exercise: str) -> tuple[RemoteLearner, object]:
-        """The process and the module of `path`: a new process for a new exercise or after a crash or time-out."""
+        """The process and the module of `path`: a new process for a new exercise or after a
+        crash or time-out."""
         key = str(path)
         if key in self.load_errors:
             raise self.load_errors[key]
@@ -98,10 +119,15 @@ class Learners:
             if alive and key in self.modules:
                 return self.process, self.modules[key]
             if alive:
-                self.modules[key] = self.process.load_another(path, name, import_timeout(timeout()))
+                self.modules[key] = self.process.load_another(
+                    path, name, import_timeout(timeout())
+                )
                 return self.process, self.modules[key]
             self.stop()
-            self.process, self.exercise = RemoteLearner(self.start_zygote(), path, name), exercise
+            self.process, self.exercise = (
+                RemoteLearner(self.start_zygote(), path, name),
+                exercise,
+            )
             self.modules = {key: self.process.load(import_timeout(timeout()))}
             return self.process, self.modules[key]
         except remote.LoadFailed as e:
@@ -131,7 +157,8 @@ def target_path(folder: Path, target: str) -> Path:
 
 
 def targets_for(folder: Path) -> list[str] | None:
-    """`check` mode: solution, starter, then every wrong answer of the folder; None otherwise."""
+    """`check` mode: solution, starter, then every wrong answer of the folder; None
+    otherwise."""
     wanted = os.environ.get(TARGETS_ENV)
     if not wanted or os.environ.get(FILE_ENV):
         return None
@@ -149,7 +176,9 @@ def learner_for(request):
     folder = Path(str(request.fspath)).parent
     target = getattr(request, "param", "file" if os.environ.get(FILE_ENV) else SOLUTION)
     learner, module = LEARNERS.get(target_path(folder, target), folder.name)
-    learner.mutable = dict(getattr(request.module, "MAY_CHANGE_IN_PLACE", {}))  # name -> position
+    learner.mutable = dict(
+        getattr(request.module, "MAY_CHANGE_IN_PLACE", {})
+    )  # name -> position
     learner.printed = ""
     CURRENT[0] = learner
     return module
@@ -187,11 +216,15 @@ def _name(item) -> str:
 
 
 def catcher(folder: Path, target: str) -> str | None:
-    """The test a wrong answer names as the one that catches it ("Caught by: test_x." in its docstring)."""
+    """The test a wrong answer names as the one that catches it ("Caught by: test_x." in its
+    docstring)."""
     if not target.startswith(WRONG_DIR + "/"):
         return None
     try:
-        doc = ast.get_docstring(ast.parse((folder / f"{target}.py").read_text(encoding="utf-8"))) or ""
+        doc = (
+            ast.get_docstring(ast.parse((folder / f"{target}.py").read_text(encoding="utf-8")))
+            or ""
+        )
     except (OSError, SyntaxError):
         return None
     match = re.search(r"^Caught by: (test_\w+)", doc, re.MULTILINE)
@@ -199,34 +232,48 @@ def catcher(folder: Path, target: str) -> str | None:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Each target's tests in file order; a wrong answer runs only the test it names as its catcher."""
+    """Each target's tests in file order; a wrong answer runs only the test it names as its
+    catcher."""
     order, kept, dropped = {}, [], []
     for item in items:
         folder = Path(str(item.fspath)).parent
         targets = targets_for(folder) or ["file"]
-        order[item.nodeid] = (folder.name, targets.index(_target(item)) if _target(item) in targets else 0)
+        order[item.nodeid] = (
+            folder.name,
+            targets.index(_target(item)) if _target(item) in targets else 0,
+        )
         wanted = catcher(folder, _target(item))
         (dropped if wanted and item.originalname != wanted else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    items[:] = sorted(kept, key=lambda item: order[item.nodeid])  # stable: file order within a target
+    items[:] = sorted(
+        kept, key=lambda item: order[item.nodeid]
+    )  # stable: file order within a target
 
 
 def _test_id(item) -> dict:
-    return {"problem": Path(str(item.fspath)).parent.name, "target": _target(item), "name": _name(item)}
+    return {
+        "problem": Path(str(item.fspath)).parent.name,
+        "target": _target(item),
+        "name": _name(item),
+    }
 
 
 def pytest_collection_finish(session):
-    """Report the tests, then (`judge.py test`) import the reader's file: after the tests and conftest were
-    imported, so nothing the file does at import can change them; a syntax error or an endless import is
-    reported as such."""
+    """Report the tests, then (`judge.py test`) import the reader's file: after the tests and
+    conftest were
+    imported, so nothing the file does at import can change them; a syntax error or an
+    endless import is reported as such."""
     emit(event="collected", tests=[_test_id(item) for item in session.items])
     chosen = os.environ.get(FILE_ENV)
     if not chosen:
         return
     emit(event="load_start", file=chosen)
     try:
-        LEARNERS.get(Path(chosen).resolve(), Path(session.config.args[0]).name if session.config.args else "")
+        LEARNERS.get(
+            Path(chosen).resolve(),
+            Path(session.config.args[0]).name if session.config.args else "",
+        )
     except remote.LoadFailed as e:
         emit(event="load_error", **e.info)
         LEARNERS.close()
@@ -264,16 +311,27 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        result = {"event": "result", "test": report.nodeid, **_test_id(item), "outcome": report.outcome,
-                  "hint": inspect.cleandoc(item.function.__doc__ or "") if hasattr(item, "function") else "",
-                  "seconds": round(call.duration, 3)}
+        result = {
+            "event": "result",
+            "test": report.nodeid,
+            **_test_id(item),
+            "outcome": report.outcome,
+            "hint": inspect.cleandoc(item.function.__doc__ or "")
+            if hasattr(item, "function")
+            else "",
+            "seconds": round(call.duration, 3),
+        }
         if report.skipped:
             result["message"] = skip_reason(report)
         elif report.failed:
-            result.update(describe_failure(call.excinfo, item, during=report.when, timeout=timeout()))
+            result.update(
+                describe_failure(call.excinfo, item, during=report.when, timeout=timeout())
+            )
             LEARNERS.failed_targets.add((result["problem"], result["target"]))
             if result["kind"] == "timeout" and result["target"] == "file":
-                item.session.shouldstop = "a test ran out of time"  # the next tests would most likely loop too
+                item.session.shouldstop = (
+                    "a test ran out of time"  # the next tests would most likely loop too
+                )
             learner = CURRENT[0]
             result["stdout"] = learner.printed if learner is not None else ""
         emit(**result)

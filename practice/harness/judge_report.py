@@ -1,4 +1,5 @@
-"""judge_report.py — how the judge prints: labels, one test's result, a file that would not import."""
+"""judge_report.py — how the judge prints: labels, one test's result, a file that would not
+import."""
 
 from __future__ import annotations
 
@@ -15,13 +16,25 @@ class Style:
         return f"\033[{code}m{text}\033[0m" if cls.on else text
 
 
-LABELS = {"passed": ("PASS", "32"), "failed": ("FAIL", "31"), "error": ("ERR ", "31"), "skipped": ("SKIP", "33"),
-          "timeout": ("TIME", "31"), "crash": ("DIED", "31"), "not_implemented": ("TODO", "33"), "load": ("ERR ", "31"),
-          "not run": ("----", "2")}
+LABELS = {
+    "passed": ("PASS", "32"),
+    "failed": ("FAIL", "31"),
+    "error": ("ERR ", "31"),
+    "skipped": ("SKIP", "33"),
+    "timeout": ("TIME", "31"),
+    "crash": ("DIED", "31"),
+    "not_implemented": ("TODO", "33"),
+    "load": ("ERR ", "31"),
+    "not run": ("----", "2"),
+}
 
 
 def label(result: dict) -> str:
-    key = result.get("kind") if result.get("kind") in ("timeout", "not_implemented", "crash", "load") else result["outcome"]
+    key = (
+        result.get("kind")
+        if result.get("kind") in ("timeout", "not_implemented", "crash", "load")
+        else result["outcome"]
+    )
     text, code = LABELS.get(key, LABELS["failed"])
     return Style.paint(text, code)
 
@@ -55,16 +68,24 @@ def print_result(r: dict) -> None:
         print(pad + Style.paint("check: " + r["check"], "2"))
     if r.get("stdout", "").strip():
         printed = r["stdout"].strip().splitlines()
-        print(pad + "your code printed: " + " | ".join(printed[:5]) + (" ..." if len(printed) > 5 else ""))
+        print(
+            pad
+            + "your code printed: "
+            + " | ".join(printed[:5])
+            + (" ..." if len(printed) > 5 else "")
+        )
     if r.get("hint") and r.get("kind") != "not_implemented":
         print(pad + Style.paint("hint: " + " ".join(r["hint"].split()), "36"))
 
 
 def print_load_error(err: dict, file: Path) -> None:
     kind = err.get("kind")
-    title = {"syntax": "Python cannot read your file", "import": "Your file imports something that cannot be found",
-             "timeout": "Importing your file never finished",
-             "exception": "Your file raised an error while being imported"}.get(kind, "Your file could not be imported")
+    title = {
+        "syntax": "Python cannot read your file",
+        "import": "Your file imports something that cannot be found",
+        "timeout": "Importing your file never finished",
+        "exception": "Your file raised an error while being imported",
+    }.get(kind, "Your file could not be imported")
     print(Style.paint(title, "31") + f" ({shown_path(file)})")
     if kind == "syntax" and err.get("line"):
         print(f"  line {err['line']}: {err['message']}")
@@ -79,6 +100,9 @@ def print_load_error(err: dict, file: Path) -> None:
     if where_line(err):
         print(f"  {where_line(err)}")
     if kind == "timeout":
-        print("  Code at the top level of the file runs on import: is there an endless loop outside any function?")
+        print(
+            "  Code at the top level of the file runs on import: is there an endless loop "
+            "outside any function?"
+        )
     elif kind == "import":
         print("  Use only the standard library, torch and minillm (installed with the book).")

@@ -1,9 +1,11 @@
-"""learners.py — the reader's processes, seen from the grader: the zygote that forks them, and one of them.
+"""learners.py — the reader's processes, seen from the grader: the zygote that forks them, and
+one of them.
 
-`Zygote` is forked off the grader once torch is imported (sandbox.py's forking server); for every
-file to grade it forks a `RemoteLearner`: a process that imported the file and answers requests on a
-socket. The grader reads its stderr (where faulthandler prints a stack on request), waits for its
-import with a deadline, and kills it when a test runs out of time or it misbehaves.
+`Zygote` is forked off the grader once torch is imported (sandbox.py's forking server); for
+every file to grade it forks a `RemoteLearner`: a process that imported the file and answers
+requests on a socket. The grader reads its stderr (where faulthandler prints a stack on
+request), waits for its import with a deadline, and kills it when a test runs out of time or it
+misbehaves.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ STDERR_KEPT = 20000  # chars of the learner's stderr kept for stacks and crash m
 
 
 class Zygote:
-    """sandbox.py's forking server, forked off the grader after torch was imported: no second import."""
+    """sandbox.py's forking server, forked off the grader after torch was imported: no second
+    import."""
 
     def __init__(self, preload: list[str], forget: bytearray | None = None):
         for module in preload:
@@ -81,7 +84,11 @@ class RemoteLearner:
     """One process that imported the reader's file; `module` is its proxy."""
 
     def __init__(self, zygote: Zygote, path: Path, name: str):
-        self.path, self.mutable, self.printed = str(path), {}, ""  # mutable: argument name -> position
+        self.path, self.mutable, self.printed = (
+            str(path),
+            {},
+            "",
+        )  # mutable: argument name -> position
         self.paths = {self.path}  # every file imported in this process
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_read, err_write = os.pipe()
@@ -91,7 +98,11 @@ class RemoteLearner:
             theirs.close()
             os.close(err_write)
         self.ep = GraderEndpoint(mine, self)
-        self.stderr, self._received, self._lock = "", 0, threading.Lock()  # the tail of its stderr; chars ever read
+        self.stderr, self._received, self._lock = (
+            "",
+            0,
+            threading.Lock(),
+        )  # the tail of its stderr; chars ever read
         self._reader = threading.Thread(target=self._drain, args=(err_read,), daemon=True)
         self._reader.start()
         self.alive, self.module = True, None
@@ -101,38 +112,56 @@ class RemoteLearner:
             for chunk in iter(lambda: f.read1(65536), b""):
                 text = chunk.decode(errors="replace")
                 with self._lock:
-                    self.stderr, self._received = (self.stderr + text)[-STDERR_KEPT:], self._received + len(text)
+                    self.stderr, self._received = (
+                        (self.stderr + text)[-STDERR_KEPT:],
+                        self._received + len(text),
+                    )
 
     def _stderr_since(self, mark: int) -> str:
-        """What the process wrote to stderr after `mark` chars had been read (as much of it as is kept)."""
+        """What the process wrote to stderr after `mark` chars had been read (as much of it as
+        is kept)."""
         with self._lock:
-            return self.stderr[max(0, len(self.stderr) - (self._received - mark)):]
+            return self.stderr[max(0, len(self.stderr) - (self._received - mark)) :]
 
     def load(self, seconds: float):
-        """Wait for the import of the reader's file; its module proxy, or LoadFailed saying why."""
+        """Wait for the import of the reader's file; its module proxy, or LoadFailed
+        saying why."""
         set_deadline(seconds)
         try:
             header, bufs = self.ep.recv()
         except wire.Deadline:
             frames = self.where()
             self.stop()
-            raise LoadFailed({"kind": "timeout", "message": f"importing the file did not finish within {seconds:g} s",
-                              **(frames[-1] if frames else {})}) from None
+            raise LoadFailed(
+                {
+                    "kind": "timeout",
+                    "message": f"importing the file did not finish within {seconds:g} s",
+                    **(frames[-1] if frames else {}),
+                }
+            ) from None
         except (wire.PeerGone, OSError):
             self.stop()
-            raise LoadFailed({"kind": "exception", "message": "the process importing the file ended: did it call "
-                              "os._exit() or crash?" + self._crash_text()}) from None
+            raise LoadFailed(
+                {
+                    "kind": "exception",
+                    "message": "the process importing the file ended: did it call "
+                    "os._exit() or crash?" + self._crash_text(),
+                }
+            ) from None
         finally:
             set_deadline(None)
         self.printed = str(header.get("out", ""))[-MAX_STDOUT:]
         if "load_error" in header:
             self.stop()
-            raise LoadFailed(header["load_error"] if isinstance(header["load_error"], dict) else {})
+            raise LoadFailed(
+                header["load_error"] if isinstance(header["load_error"], dict) else {}
+            )
         self.module = self.ep.dec(header.get("loaded"), bufs)
         return self.module
 
     def load_another(self, path: Path, name: str, seconds: float):
-        """Import one more file of the same exercise in this process (`check`: no fork per wrong answer)."""
+        """Import one more file of the same exercise in this process (`check`: no fork per wrong
+        answer)."""
         self.paths.add(str(path))
         set_deadline(seconds)
         try:
@@ -140,14 +169,17 @@ class RemoteLearner:
         finally:
             set_deadline(None)
         if isinstance(module, dict) and "load_error" in module:
-            raise LoadFailed(module["load_error"] if isinstance(module["load_error"], dict) else {})
+            raise LoadFailed(
+                module["load_error"] if isinstance(module["load_error"], dict) else {}
+            )
         return module
 
     def where(self) -> list[dict]:
-        """Ask the running process where it is (faulthandler prints its stacks); the innermost frame of the
-        reader's file. Asked again every ASK_EVERY s: a process that had not yet reached the reader's code
-        (a slow first call on a loaded machine) gets there, and a stack printed by a thread that was not
-        running it says nothing."""
+        """Ask the running process where it is (faulthandler prints its stacks); the innermost
+        frame of the
+        reader's file. Asked again every ASK_EVERY s: a process that had not yet reached the
+        reader's code (a slow first call on a loaded machine) gets there, and a stack printed
+        by a thread that was not running it says nothing."""
         end = time.monotonic() + STACK_WAIT
         while time.monotonic() < end:
             with self._lock:
@@ -165,12 +197,20 @@ class RemoteLearner:
         return []
 
     def _reader_frames(self, dump: str) -> list[dict]:
-        """Frames of the reader's files in faulthandler's dump, innermost first; the signalled thread's first."""
+        """Frames of the reader's files in faulthandler's dump, innermost first; the signalled
+        thread's first."""
         threads = re.split(r"^(?=(?:Current thread|Thread) 0x)", dump, flags=re.M)
         threads.sort(key=lambda block: not block.startswith("Current thread"))
-        return [{"file": file, "line": int(line), "code": linecache.getline(file, int(line)).strip()}
-                for block in threads for file, line in re.findall(r'File "(.+?)", line (\d+)', block)
-                if os.path.abspath(file) in self.paths]
+        return [
+            {
+                "file": file,
+                "line": int(line),
+                "code": linecache.getline(file, int(line)).strip(),
+            }
+            for block in threads
+            for file, line in re.findall(r'File "(.+?)", line (\d+)', block)
+            if os.path.abspath(file) in self.paths
+        ]
 
     def timed_out(self) -> TimeLimitExceeded:
         frames = self.where()
@@ -179,12 +219,16 @@ class RemoteLearner:
 
     def died(self) -> LearnerDied:
         self.stop()
-        return LearnerDied("your code's process ended during this test: did it call os._exit() or exit from a "
-                           "thread, or crash?" + self._crash_text())
+        return LearnerDied(
+            "your code's process ended during this test: did it call os._exit() or exit from a "
+            "thread, or crash?" + self._crash_text()
+        )
 
     def _crash_text(self) -> str:
         time.sleep(0.05)
-        fatal = [line for line in self.stderr.splitlines() if line.startswith("Fatal Python error")]
+        fatal = [
+            line for line in self.stderr.splitlines() if line.startswith("Fatal Python error")
+        ]
         return f" ({fatal[-1]})" if fatal else ""
 
     def stop(self) -> None:
@@ -192,7 +236,9 @@ class RemoteLearner:
             return
         self.alive = False
         try:
-            os.killpg(self.pid, signal.SIGKILL)  # the process, and its children unless they left the group
+            os.killpg(
+                self.pid, signal.SIGKILL
+            )  # the process, and its children unless they left the group
         except OSError:
             pass
         self.ep.sock.close()

@@ -1,7 +1,7 @@
 """problem_md.py — the YAML front matter of a problem.md, parsed in one place.
 
-Used by practice/judge.py and by the site's hook docs/hooks/chapters.py, so the exercise list on the
-site and the judge's list can never read the same file differently.
+Used by practice/judge.py and by the site's hook docs/hooks/chapters.py, so the exercise list on
+the site and the judge's list can never read the same file differently.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re
 
 
 def split_front_matter(text: str) -> tuple[dict | None, str]:
-    """(the YAML mapping between the leading '---' lines, the text after it); (None, text) without one.
+    """(the YAML mapping between the leading '---' lines, the text after it); (None, text)
+    without one.
 
     Malformed YAML, or front matter that is not a mapping, is a ValueError that says so.
     """
@@ -29,4 +30,4 @@ def split_front_matter(text: str) -> tuple[dict | None, str]:
         meta = {}
     if not isinstance(meta, dict):
         raise ValueError(f"front matter must be a mapping of fields, got {type(meta).__name__}")
-    return meta, text[match.end():]
+    return meta, text[match.end() :]

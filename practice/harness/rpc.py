@@ -1,9 +1,9 @@
 """rpc.py — requests and replies over the learner's socket, on top of wire.py's values.
 
-A message is a JSON header plus raw byte buffers. Calls nest: while one side waits for its reply it
-serves the other side's requests, so the reader's `generate` can call the grader's model, whose
-forward calls the reader's cache, and so on. Every request is answered with a value or with a
-description of the error it raised; a deadline bounds the grader's waits.
+A message is a JSON header plus raw byte buffers. Calls nest: while one side waits for its reply
+it serves the other side's requests, so the reader's `generate` can call the grader's model,
+whose forward calls the reader's cache, and so on. Every request is answered with a value or
+with a description of the error it raised; a deadline bounds the grader's waits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ import struct
 import time
 
 from protocol import MAX_MESSAGE
-from wire import Codec, Deadline, PeerGone, ProtocolError, _MethodRef, describe_class, rebuild_exception
+from wire import (
+    Codec,
+    Deadline,
+    PeerGone,
+    ProtocolError,
+    _MethodRef,
+    describe_class,
+    rebuild_exception,
+)
 
 _CALL_OPS = ("call", "callmethod")
 
@@ -28,7 +36,10 @@ class Proxy:
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):  # Python's own probes never cross
             raise AttributeError(name)
-        if (self._cls, name) in self._ep.methods:  # known to be a method: call it in one request, not two
+        if (
+            self._cls,
+            name,
+        ) in self._ep.methods:  # known to be a method: call it in one request, not two
             return ProxyMethod(self, name)
         return self._ep.request("getattr", self, name=name)
 
@@ -77,7 +88,9 @@ class Proxy:
         except Exception:  # noqa: BLE001
             return f"<{self._cls} object>"
 
-    def __eq__(self, other):  # the same object, not equal contents: what "the same request" means
+    def __eq__(
+        self, other
+    ):  # the same object, not equal contents: what "the same request" means
         return self is other
 
     def __hash__(self):
@@ -93,7 +106,9 @@ class ProxyMethod:
         self.obj, self.name = obj, name
 
     def __call__(self, *args, **kwargs):
-        return self.obj._ep.request("callmethod", self.obj, name=self.name, args=args, kwargs=kwargs)
+        return self.obj._ep.request(
+            "callmethod", self.obj, name=self.name, args=args, kwargs=kwargs
+        )
 
     def __repr__(self):
         return f"<method {self.obj._cls}.{self.name}>"
@@ -103,7 +118,11 @@ class Endpoint(Codec):
     """One side of the socket: sends requests, and serves the peer's requests on our objects."""
 
     proxy_type, method_type = Proxy, ProxyMethod
-    fatal: tuple = (PeerGone, Deadline, ProtocolError)  # errors that end the exchange instead of being answered
+    fatal: tuple = (
+        PeerGone,
+        Deadline,
+        ProtocolError,
+    )  # errors that end the exchange instead of being answered
 
     def __init__(self, sock, side: str):
         super().__init__(side)
@@ -151,8 +170,15 @@ class Endpoint(Codec):
         return bytes(data)
 
     # ---------------------------------------------------------- requests and replies
-    def request(self, op: str, target: Proxy | None = None, name: str | None = None, args=(), kwargs=None,
-                **extra):
+    def request(
+        self,
+        op: str,
+        target: Proxy | None = None,
+        name: str | None = None,
+        args=(),
+        kwargs=None,
+        **extra,
+    ):
         bufs: list = []
         self._next_req += 1
         req = self._next_req
@@ -181,10 +207,14 @@ class Endpoint(Codec):
         return self.dec(reply.get("ok"), bufs)
 
     def serve(self, header: dict, bufs: list) -> None:
-        """Answer one request of the peer: the value, or a description of the error it raised."""
+        """Answer one request of the peer: the value, or a description of the error it
+        raised."""
         reply_bufs: list = []
         try:
-            reply = {"re": header.get("req"), "ok": self.enc(self.dispatch(header, bufs), reply_bufs)}
+            reply = {
+                "re": header.get("req"),
+                "ok": self.enc(self.dispatch(header, bufs), reply_bufs),
+            }
         except self.fatal:
             raise
         except BaseException as e:  # noqa: BLE001 — whatever happened is the answer
@@ -217,7 +247,11 @@ class Endpoint(Codec):
         self.allow(op, obj, name)
         if op == "getattr":
             value = getattr(obj, name)
-            if getattr(value, "__self__", None) is obj and callable(value) and not isinstance(value, type):
+            if (
+                getattr(value, "__self__", None) is obj
+                and callable(value)
+                and not isinstance(value, type)
+            ):
                 self.allow("method", obj, name)
                 return _MethodRef(obj, name)
             self.allow("value", obj, name, value)
@@ -228,8 +262,16 @@ class Endpoint(Codec):
         if op in _CALL_OPS:
             fn = obj if op == "call" else getattr(obj, name)
             return self.invoke(fn, args, kwargs, header)
-        simple = {"len": len, "list": list, "bool": bool, "int": int, "index": lambda o: o.__index__(),
-                  "float": float, "repr": repr, "str": str}
+        simple = {
+            "len": len,
+            "list": list,
+            "bool": bool,
+            "int": int,
+            "index": lambda o: o.__index__(),
+            "float": float,
+            "repr": repr,
+            "str": str,
+        }
         if op in simple:
             return simple[op](obj)
         if op == "getitem":
@@ -239,14 +281,16 @@ class Endpoint(Codec):
         raise ProtocolError(f"unknown request {op!r}")
 
     def allow(self, op: str, obj, name=None, value=None) -> None:
-        """Raise if the peer may not do this (the grader restricts what the reader's code may touch)."""
+        """Raise if the peer may not do this (the grader restricts what the reader's code may
+        touch)."""
 
     def invoke(self, fn, args, kwargs, header):
         return fn(*args, **kwargs)
 
 
 def fingerprint(ep: Endpoint, value) -> str:
-    """A digest of a value as it would travel: equal digests, equal contents (tensors byte for byte)."""
+    """A digest of a value as it would travel: equal digests, equal contents (tensors byte for
+    byte)."""
     bufs: list = []
     tree = ep.enc(value, bufs)
     h = hashlib.sha256(json.dumps(tree, sort_keys=True).encode())

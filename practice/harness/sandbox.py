@@ -1,10 +1,12 @@
-"""sandbox.py — the zygote and the reader's process (the learner): the only place the reader's code runs.
+"""sandbox.py — the zygote and the reader's process (the learner): the only place the reader's
+code runs.
 
-The grader forks the zygote off itself once torch and minillm are imported (nothing of the reader's
-has run there), and the zygote forks, for every file to grade, a process that
+The grader forks the zygote off itself once torch and minillm are imported (nothing of the
+reader's has run there), and the zygote forks, for every file to grade, a process that
 
-1. dies with the zygote, starts its own session, and (where the OS allows) enters new user, mount
-   and PID namespaces with a read-only file system and no capabilities (oskit.enter_sandbox);
+1. dies with the zygote, starts its own session, and (where the OS allows) enters new user,
+   mount and PID namespaces with a read-only file system and no capabilities
+   (oskit.enter_sandbox);
 2. imports the reader's file;
 3. answers the grader's requests on its socket: calls, attribute reads, method calls (rpc.py),
    with each call's printing captured and its arguments checked for in-place changes.
@@ -37,7 +39,8 @@ from protocol import MAX_STDOUT, SANDBOX_ENV  # noqa: E402
 
 
 class Capture(io.TextIOBase):
-    """sys.stdout while a call runs: keeps the last MAX_STDOUT characters the reader's code printed."""
+    """sys.stdout while a call runs: keeps the last MAX_STDOUT characters the reader's code
+    printed."""
 
     def __init__(self):
         self.text = ""
@@ -55,9 +58,12 @@ class LearnerEndpoint(rpc.Endpoint):
 
     def __init__(self, sock, path: str):
         super().__init__(sock, "L")
-        self.paths = {path}  # the reader's files loaded here (`check` loads a folder's files one after another)
+        self.paths = {
+            path
+        }  # the reader's files loaded here (`check` loads a folder's files one after another)
         self.capture: Capture | None = None
-        self._calls: dict = {}  # request id -> (argument names, names allowed to change, digests before)
+        # request id -> (argument names, names allowed to change, digests before)
+        self._calls: dict = {}
 
     def serve(self, header, bufs):
         if self.capture is not None:  # a nested request: its printing belongs to the outer call
@@ -93,7 +99,9 @@ class LearnerEndpoint(rpc.Endpoint):
         value = self.exports.get(header.get("ref"))
         for step in header.get("path") or []:
             value = value[step] if isinstance(step, int) else getattr(value, str(step))
-        pointer = value.untyped_storage().data_ptr() if hasattr(value, "untyped_storage") else None
+        pointer = (
+            value.untyped_storage().data_ptr() if hasattr(value, "untyped_storage") else None
+        )
         cls = value if isinstance(value, type) else type(value)
         return [id(value), pointer, cls.__module__, cls.__qualname__, global_random_state()]
 
@@ -102,8 +110,11 @@ class LearnerEndpoint(rpc.Endpoint):
         if header.get("ref") not in self.exports:
             raise wire.ProtocolError("a launch of an object that was never shared")
         grid = header.get("grid")
-        if not isinstance(grid, list) or not 1 <= len(grid) <= 3 or \
-                any(type(g) is not int or g < 0 for g in grid):
+        if (
+            not isinstance(grid, list)
+            or not 1 <= len(grid) <= 3
+            or any(type(g) is not int or g < 0 for g in grid)
+        ):
             raise wire.ProtocolError("a launch without a grid of 1 to 3 sizes")
         args = [self.dec(a, bufs) for a in self._list(header.get("args", []))]
         raw_kwargs = header.get("kwargs", {})
@@ -117,20 +128,31 @@ class LearnerEndpoint(rpc.Endpoint):
         """Call fn, remembering its arguments' contents to report any it changes in place."""
         names = _argument_names(fn, args, kwargs)
         mutable = set(header.get("mutable") or ())
-        watched = {key: rpc.fingerprint(self, value) for key, (name, value) in names.items()
-                   if name not in mutable and _mutable_value(value)}
+        watched = {
+            key: rpc.fingerprint(self, value)
+            for key, (name, value) in names.items()
+            if name not in mutable and _mutable_value(value)
+        }
         self._calls[header.get("req")] = (names, mutable, watched)
         return fn(*args, **kwargs)
 
     def reply_extra(self, header, bufs):
-        """The arguments changed in place (a mistake) and the new contents of those allowed to change."""
+        """The arguments changed in place (a mistake) and the new contents of those allowed to
+        change."""
         call = self._calls.pop(header.get("req"), None)
         if call is None:
             return {}
         names, mutable, watched = call
-        changed = [names[key][0] for key, digest in watched.items() if rpc.fingerprint(self, names[key][1]) != digest]
-        back = {key: self.enc(value, bufs) for key, (name, value) in names.items()
-                if name in mutable or type(value).__name__ == "Generator"}
+        changed = [
+            names[key][0]
+            for key, digest in watched.items()
+            if rpc.fingerprint(self, names[key][1]) != digest
+        ]
+        back = {
+            key: self.enc(value, bufs)
+            for key, (name, value) in names.items()
+            if name in mutable or type(value).__name__ == "Generator"
+        }
         return {"mutated": changed, "back": back}
 
     def describe_error(self, e):
@@ -156,7 +178,10 @@ def _argument_names(fn, args, kwargs) -> dict:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         params = []
-    out = {str(i): (params[i] if i < len(params) else f"argument {i + 1}", v) for i, v in enumerate(args)}
+    out = {
+        str(i): (params[i] if i < len(params) else f"argument {i + 1}", v)
+        for i, v in enumerate(args)
+    }
     out.update({k: (k, v) for k, v in kwargs.items()})
     return out
 
@@ -164,24 +189,41 @@ def _argument_names(fn, args, kwargs) -> dict:
 def _mutable_value(value) -> bool:
     if isinstance(value, (list, dict, set, bytearray)):
         return True
-    return type(value).__name__ in ("Tensor", "Parameter") or isinstance(value, tuple) and any(map(_mutable_value, value))
+    return (
+        type(value).__name__ in ("Tensor", "Parameter")
+        or isinstance(value, tuple)
+        and any(map(_mutable_value, value))
+    )
 
 
 def learner_frames(e: BaseException, paths: set[str]) -> list[dict]:
-    """The lines of the reader's files in the traceback, innermost last, with the function's qualified name."""
+    """The lines of the reader's files in the traceback, innermost last, with the function's
+    qualified name."""
     frames = []
     for frame, line in traceback.walk_tb(e.__traceback__):
         code = frame.f_code
         if os.path.abspath(code.co_filename) in paths:
-            frames.append({"file": code.co_filename, "line": line, "function": getattr(code, "co_qualname", code.co_name),
-                           "code": linecache.getline(code.co_filename, line).strip()})
+            frames.append(
+                {
+                    "file": code.co_filename,
+                    "line": line,
+                    "function": getattr(code, "co_qualname", code.co_name),
+                    "code": linecache.getline(code.co_filename, line).strip(),
+                }
+            )
     return frames
 
 
 def describe_load_error(e: BaseException, paths: set[str]) -> dict:
     if isinstance(e, SyntaxError):
-        return {"kind": "syntax", "message": f"{type(e).__name__}: {e.msg}", "file": e.filename,
-                "line": e.lineno, "code": (e.text or "").rstrip("\n"), "column": e.offset}
+        return {
+            "kind": "syntax",
+            "message": f"{type(e).__name__}: {e.msg}",
+            "file": e.filename,
+            "line": e.lineno,
+            "code": (e.text or "").rstrip("\n"),
+            "column": e.offset,
+        }
     frames = learner_frames(e, paths)
     where = frames[-1] if frames else {}
     kind = "import" if isinstance(e, ImportError) else "exception"
@@ -197,7 +239,8 @@ def load(path: str, name: str):
 
 
 def run_learner(sock_fd: int, err_fd: int, path: str, name: str) -> None:
-    """In the learner process: import the reader's file, then answer requests until the grader hangs up."""
+    """In the learner process: import the reader's file, then answer requests until the grader
+    hangs up."""
     os.dup2(err_fd, 2)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
@@ -207,8 +250,11 @@ def run_learner(sock_fd: int, err_fd: int, path: str, name: str) -> None:
     sys.stdin, sys.stdout = io.StringIO(), io.StringIO()
     sys.stderr = os.fdopen(2, "w", buffering=1)
     faulthandler.enable(file=sys.stderr)  # a crash prints where it happened
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # the grader's "where are you?"
-    # (every thread's stack: the signal may land on a thread other than the one running the reader's code)
+    faulthandler.register(
+        signal.SIGUSR1, file=sys.stderr, all_threads=True
+    )  # the grader's "where are you?"
+    # (every thread's stack: the signal may land on a thread other than the one running the
+    # reader's code)
     sys.dont_write_bytecode = True
     sock = socket.socket(fileno=sock_fd)
     ep = LearnerEndpoint(sock, path)
@@ -235,7 +281,8 @@ def run_learner(sock_fd: int, err_fd: int, path: str, name: str) -> None:
 
 
 def spawn(ctl: socket.socket, request: dict, fds: list[int], sandboxed: bool) -> int:
-    """Fork the process for one file: a session leader that waits for the learner (PID 1 when sandboxed)."""
+    """Fork the process for one file: a session leader that waits for the learner (PID 1 when
+    sandboxed)."""
     zygote = os.getpid()
     pid = os.fork()
     if pid:
@@ -259,7 +306,9 @@ def spawn(ctl: socket.socket, request: dict, fds: list[int], sandboxed: bool) ->
             run_learner(fds[0], fds[1], request["path"], request["name"])
         for fd in fds:
             os.close(fd)
-        signal.signal(signal.SIGUSR1, lambda *_: os.kill(learner, signal.SIGUSR1))  # pass on "where are you?"
+        signal.signal(
+            signal.SIGUSR1, lambda *_: os.kill(learner, signal.SIGUSR1)
+        )  # pass on "where are you?"
         while True:
             try:
                 _, status = os.waitpid(learner, 0)
@@ -272,7 +321,8 @@ def spawn(ctl: socket.socket, request: dict, fds: list[int], sandboxed: bool) ->
 
 
 def probe_namespaces() -> str | None:
-    """Why the namespace sandbox cannot be used here, or None when a trial child could lock itself down."""
+    """Why the namespace sandbox cannot be used here, or None when a trial child could lock
+    itself down."""
     if not oskit.LINUX or os.environ.get(SANDBOX_ENV, "auto") == "process":
         return "disabled" if oskit.LINUX else f"not available on {sys.platform}"
     r, w = os.pipe()
@@ -286,7 +336,9 @@ def probe_namespaces() -> str | None:
                 oskit.lock_down()
                 os._exit(0)
             _, status = os.waitpid(inner, 0)
-            os.write(w, b"ok" if os.waitstatus_to_exitcode(status) == 0 else b"lock_down failed")
+            os.write(
+                w, b"ok" if os.waitstatus_to_exitcode(status) == 0 else b"lock_down failed"
+            )
         except BaseException as e:  # noqa: BLE001
             os.write(w, str(e).encode()[:500])
         os._exit(0)
@@ -298,7 +350,8 @@ def probe_namespaces() -> str | None:
 
 
 def zygote(ctl_fd: int, grader: int) -> None:
-    """The forking server; the grader forks it off itself (remote.Zygote), with torch already imported."""
+    """The forking server; the grader forks it off itself (remote.Zygote), with torch already
+    imported."""
     oskit.die_with_parent(signal.SIGKILL, grader)
     oskit.not_dumpable()
     oskit.become_subreaper()  # a learner's escaped children come back to us, and die with us
@@ -328,4 +381,3 @@ def zygote(ctl_fd: int, grader: int) -> None:
         oskit.send_line(ctl, {"pid": pid})
     oskit.kill_descendants()
     os._exit(0)  # nothing to flush; tearing torch down would only cost time
-

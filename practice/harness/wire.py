@@ -1,11 +1,12 @@
-"""wire.py — values across the socket between the grader and the reader's process: data, never code.
+"""wire.py — values across the socket between the grader and the reader's process: data, never
+code.
 
-Values travel as data: numbers, strings, lists, tuples, dicts, sets, tensors (dtype, shape, bytes),
-dtypes, torch generators (their state) and minillm's own dataclasses (field by field, rebuilt without
-running any code). Anything else stays where it lives and the other side gets a `Proxy`: a handle
-whose attribute reads, calls and method calls are requests answered by the owner (rpc.py). Decoding
-never imports, never unpickles and never runs code named by the peer, so a hostile peer can send
-wrong values but not instructions.
+Values travel as data: numbers, strings, lists, tuples, dicts, sets, tensors (dtype, shape,
+bytes), dtypes, torch generators (their state) and minillm's own dataclasses (field by field,
+rebuilt without running any code). Anything else stays where it lives and the other side gets a
+`Proxy`: a handle whose attribute reads, calls and method calls are requests answered by the
+owner (rpc.py). Decoding never imports, never unpickles and never runs code named by the peer,
+so a hostile peer can send wrong values but not instructions.
 """
 
 from __future__ import annotations
@@ -27,8 +28,20 @@ class Deadline(Exception):
     """Time ran out while waiting for the peer."""
 
 
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
-          "complex64", "complex128")
+DTYPES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+)
 
 
 def _torch():
@@ -41,22 +54,39 @@ _mirrored: dict[tuple, type] = {}
 
 
 def exception_class(desc: dict) -> type:
-    """A local class for the peer's exception class: the builtin itself, or a same-named subclass of it."""
+    """A local class for the peer's exception class: the builtin itself, or a same-named
+    subclass of it."""
     name, module, mro = str(desc.get("name")), str(desc.get("module")), desc.get("mro") or []
-    if module == "builtins" and isinstance(getattr(builtins, name, None), type) \
-            and issubclass(getattr(builtins, name), Exception):
+    if (
+        module == "builtins"
+        and isinstance(getattr(builtins, name, None), type)
+        and issubclass(getattr(builtins, name), Exception)
+    ):
         return getattr(builtins, name)
-    base = next((getattr(builtins, n) for n in mro if isinstance(getattr(builtins, str(n), None), type)
-                 and issubclass(getattr(builtins, n), Exception)), Exception)
+    base = next(
+        (
+            getattr(builtins, n)
+            for n in mro
+            if isinstance(getattr(builtins, str(n), None), type)
+            and issubclass(getattr(builtins, n), Exception)
+        ),
+        Exception,
+    )
     key = (module, str(desc.get("qualname", name)), base)
-    if key not in _mirrored:  # SystemExit and friends become plain Exceptions: they must not stop this process
+    if (
+        key not in _mirrored
+    ):  # SystemExit and friends become plain Exceptions: they must not stop this process
         _mirrored[key] = type(name, (base,), {"__module__": module, "__qualname__": key[1]})
     return _mirrored[key]
 
 
 def describe_class(cls: type) -> dict:
-    return {"name": cls.__name__, "qualname": cls.__qualname__, "module": cls.__module__,
-            "mro": [c.__name__ for c in cls.__mro__ if c.__module__ == "builtins"]}
+    return {
+        "name": cls.__name__,
+        "qualname": cls.__qualname__,
+        "module": cls.__module__,
+        "mro": [c.__name__ for c in cls.__mro__ if c.__module__ == "builtins"],
+    }
 
 
 def rebuild_exception(info: dict) -> BaseException:
@@ -65,12 +95,15 @@ def rebuild_exception(info: dict) -> BaseException:
     try:
         error = cls(message)
     except Exception:  # noqa: BLE001 — e.g. UnicodeDecodeError wants five arguments
-        error = exception_class({"name": cls.__name__, "module": cls.__module__, "mro": ["Exception"]})(message)
+        error = exception_class(
+            {"name": cls.__name__, "module": cls.__module__, "mro": ["Exception"]}
+        )(message)
     return error
 
 
 class _MethodRef:
-    """A bound method of one of our objects, sent as {"t": "method"}: the peer calls it in one request."""
+    """A bound method of one of our objects, sent as {"t": "method"}: the peer calls it in one
+    request."""
 
     __slots__ = ("obj", "name")
 
@@ -82,10 +115,11 @@ class _MethodRef:
 
 
 class Codec:
-    """Encodes values into a JSON tree plus byte buffers, and back; what it cannot send by value it exports.
+    """Encodes values into a JSON tree plus byte buffers, and back; what it cannot send by value
+    it exports.
 
-    What it cannot send by value becomes a handle; the peer's handles become `proxy_type` objects
-    (rpc.Proxy), whose methods are `method_type` (rpc.ProxyMethod).
+    What it cannot send by value becomes a handle; the peer's handles become `proxy_type`
+    objects (rpc.Proxy), whose methods are `method_type` (rpc.ProxyMethod).
     """
 
     proxy_type: type = type(None)
@@ -96,7 +130,9 @@ class Codec:
         self.exports: dict[int, object] = {}  # ref id -> our object the peer holds a handle to
         self._export_ids: dict[int, int] = {}  # id(object) -> ref id
         self.proxies: dict[int, object] = {}  # ref id -> our proxy of the peer's object
-        self.methods: set[tuple[str, str]] = set()  # (class name, attribute) the peer said are methods
+        self.methods: set[tuple[str, str]] = (
+            set()
+        )  # (class name, attribute) the peer said are methods
 
     def enc(self, x, bufs: list, depth: int = 0):
         if depth > 64:
@@ -105,7 +141,12 @@ class Codec:
             return x
         if isinstance(x, _MethodRef):
             return {"t": "method", "ref": self._export(x.obj), "name": x.name}
-        for plain in (bool, int, float, str):  # subclasses (IntEnum, ...) travel as the plain type
+        for plain in (
+            bool,
+            int,
+            float,
+            str,
+        ):  # subclasses (IntEnum, ...) travel as the plain type
             if isinstance(x, plain):
                 return plain(x)
         torch = _torch()
@@ -119,7 +160,11 @@ class Codec:
             if isinstance(x, torch.device):
                 return {"t": "device", "v": str(x)}
             if isinstance(x, torch.Generator):
-                return {"t": "gen", "device": str(x.device), "b": self._buf(bufs, x.get_state().numpy().tobytes())}
+                return {
+                    "t": "gen",
+                    "device": str(x.device),
+                    "b": self._buf(bufs, x.get_state().numpy().tobytes()),
+                }
         np = sys.modules.get("numpy")
         if np is not None and isinstance(x, np.generic):
             return self.enc(x.item(), bufs, depth + 1)
@@ -131,20 +176,41 @@ class Codec:
             kind = "list" if isinstance(x, list) else "tuple" if isinstance(x, tuple) else "set"
             return {"t": kind, "v": [self.enc(v, bufs, depth + 1) for v in x]}
         if isinstance(x, dict):
-            return {"t": "dict", "v": [[self.enc(k, bufs, depth + 1), self.enc(v, bufs, depth + 1)] for k, v in x.items()]}
+            return {
+                "t": "dict",
+                "v": [
+                    [self.enc(k, bufs, depth + 1), self.enc(v, bufs, depth + 1)]
+                    for k, v in x.items()
+                ],
+            }
         if isinstance(x, (bytes, bytearray)):
             return {"t": "bytes", "b": self._buf(bufs, bytes(x))}
         if isinstance(x, complex):
             return {"t": "complex", "v": [x.real, x.imag]}
         if isinstance(x, slice):
-            return {"t": "slice", "v": [self.enc(v, bufs, depth + 1) for v in (x.start, x.stop, x.step)]}
+            return {
+                "t": "slice",
+                "v": [self.enc(v, bufs, depth + 1) for v in (x.start, x.stop, x.step)],
+            }
         if x is Ellipsis:
             return {"t": "ellipsis"}
         if isinstance(x, type) and issubclass(x, BaseException):
             return {"t": "exc_class", "v": describe_class(x)}
-        if dataclasses.is_dataclass(x) and not isinstance(x, type) and type(x).__module__.startswith("minillm."):
-            fields = {f.name: self.enc(getattr(x, f.name), bufs, depth + 1) for f in dataclasses.fields(x)}
-            return {"t": "dc", "module": type(x).__module__, "name": type(x).__qualname__, "v": fields}
+        if (
+            dataclasses.is_dataclass(x)
+            and not isinstance(x, type)
+            and type(x).__module__.startswith("minillm.")
+        ):
+            fields = {
+                f.name: self.enc(getattr(x, f.name), bufs, depth + 1)
+                for f in dataclasses.fields(x)
+            }
+            return {
+                "t": "dc",
+                "module": type(x).__module__,
+                "name": type(x).__qualname__,
+                "v": fields,
+            }
         return self._export(x)
 
     def _enc_tensor(self, t, bufs: list) -> dict:
@@ -152,8 +218,13 @@ class Codec:
         device = str(t.device)
         t = t.cpu().contiguous()
         raw = t.reshape(-1).view(_torch().uint8).numpy().tobytes() if t.numel() else b""
-        return {"t": "tensor", "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                "device": device, "b": self._buf(bufs, raw)}
+        return {
+            "t": "tensor",
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape),
+            "device": device,
+            "b": self._buf(bufs, raw),
+        }
 
     @staticmethod
     def _buf(bufs: list, raw: bytes) -> int:
@@ -167,8 +238,13 @@ class Codec:
             self.exports[ref] = x  # kept alive, so id(x) stays unique for the session
             self._export_ids[id(x)] = ref
         name = getattr(x, "__qualname__", None) if callable(x) else None
-        return {"t": "ref", "side": self.side, "id": ref, "cls": type(x).__name__,
-                "name": name if isinstance(name, str) else None}
+        return {
+            "t": "ref",
+            "side": self.side,
+            "id": ref,
+            "cls": type(x).__name__,
+            "name": name if isinstance(name, str) else None,
+        }
 
     # ---------------------------------------------------------- trees + buffers -> values
     def dec(self, t, bufs: list, depth: int = 0):
@@ -186,7 +262,9 @@ class Codec:
             pairs = [self._list(p) for p in self._list(t.get("v"))]
             if any(len(p) != 2 for p in pairs):
                 raise ProtocolError("a dict entry is not a pair")
-            return {self.dec(k, bufs, depth + 1): self.dec(v, bufs, depth + 1) for k, v in pairs}
+            return {
+                self.dec(k, bufs, depth + 1): self.dec(v, bufs, depth + 1) for k, v in pairs
+            }
         if tag == "tensor":
             return self._dec_tensor(t, bufs)
         if tag == "ref":
@@ -209,7 +287,9 @@ class Codec:
             return torch.device(t["v"])
         if tag == "gen" and torch is not None:
             g = torch.Generator(device=torch.device(str(t.get("device", "cpu"))))
-            g.set_state(torch.frombuffer(bytearray(self._take(bufs, t.get("b"))), dtype=torch.uint8))
+            g.set_state(
+                torch.frombuffer(bytearray(self._take(bufs, t.get("b"))), dtype=torch.uint8)
+            )
             return g
         if tag == "bytes":
             return self._take(bufs, t.get("b"))
@@ -241,8 +321,13 @@ class Codec:
     def _dec_tensor(self, t: dict, bufs: list):
         torch = _torch()
         dtype, shape = t.get("dtype"), t.get("shape")
-        if torch is None or dtype not in DTYPES or not isinstance(shape, list) or len(shape) > 16 \
-                or any(type(s) is not int or s < 0 for s in shape):
+        if (
+            torch is None
+            or dtype not in DTYPES
+            or not isinstance(shape, list)
+            or len(shape) > 16
+            or any(type(s) is not int or s < 0 for s in shape)
+        ):
             raise ProtocolError("a tensor with an invalid dtype or shape")
         dt = getattr(torch, dtype)
         numel = 1
@@ -251,8 +336,11 @@ class Codec:
         raw = self._take(bufs, t.get("b"))
         if len(raw) != numel * torch.empty((), dtype=dt).element_size():
             raise ProtocolError(f"a tensor of shape {shape} came with {len(raw)} bytes")
-        out = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(shape) if numel \
+        out = (
+            torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(shape)
+            if numel
             else torch.empty(shape, dtype=dt)
+        )
         device = str(t.get("device", "cpu"))
         if device != "cpu" and device.startswith("cuda") and torch.cuda.is_available():
             out = out.to(device)
@@ -271,24 +359,39 @@ class Codec:
         proxy = self.proxies.get(ref)
         if proxy is None:
             proxy = object.__new__(self.proxy_type)
-            for slot, value in (("_ep", self), ("_id", ref), ("_cls", str(t.get("cls", "object"))),
-                                ("_name", t.get("name") if isinstance(t.get("name"), str) else None)):
+            for slot, value in (
+                ("_ep", self),
+                ("_id", ref),
+                ("_cls", str(t.get("cls", "object"))),
+                ("_name", t.get("name") if isinstance(t.get("name"), str) else None),
+            ):
                 object.__setattr__(proxy, slot, value)
             self.proxies[ref] = proxy
         return proxy
 
     def _dec_dataclass(self, t: dict, bufs: list, depth: int):
-        module, name, fields = sys.modules.get(str(t.get("module"))), str(t.get("name")), t.get("v")
+        module, name, fields = (
+            sys.modules.get(str(t.get("module"))),
+            str(t.get("name")),
+            t.get("v"),
+        )
         cls = module
         for part in name.split("."):
             cls = getattr(cls, part, None)
-        if module is None or not str(t.get("module")).startswith("minillm.") or not isinstance(cls, type) \
-                or not dataclasses.is_dataclass(cls) or not isinstance(fields, dict):
+        if (
+            module is None
+            or not str(t.get("module")).startswith("minillm.")
+            or not isinstance(cls, type)
+            or not dataclasses.is_dataclass(cls)
+            or not isinstance(fields, dict)
+        ):
             raise ProtocolError(f"{t.get('module')}.{name} is not one of minillm's dataclasses")
         names = [f.name for f in dataclasses.fields(cls)]
         if sorted(fields) != sorted(names):
             raise ProtocolError(f"{name} needs the fields {names}")
-        obj = cls.__new__(cls)  # rebuilt field by field: no __init__ runs on values from the peer
+        obj = cls.__new__(
+            cls
+        )  # rebuilt field by field: no __init__ runs on values from the peer
         for field in names:
             object.__setattr__(obj, field, self.dec(fields[field], bufs, depth + 1))
         return obj

@@ -1,9 +1,10 @@
-"""live.py — what the book's widgets share: number formats and a VBox that carries a picture of itself.
+"""live.py — what the book's widgets share: number formats and a VBox that carries a picture of
+itself.
 
-The same numbers appear in three places: the notebook's ipywidgets, their matplotlib figures, and the
-book site's live controls (docs/assets/*.js). The formats below are written so that the site's script
-can reproduce them exactly: rounding is half-up on the float value (`floor(x + 0.5)`), which
-JavaScript's `Math.floor` gives bit for bit, not Python's round-half-even.
+The same numbers appear in three places: the notebook's ipywidgets, their matplotlib figures,
+and the book site's live controls (docs/assets/*.js). The formats below are written so that the
+site's script can reproduce them exactly: rounding is half-up on the float value (`floor(x +
+0.5)`), which JavaScript's `Math.floor` gives bit for bit, not Python's round-half-even.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def fmt_percent(fraction: float) -> str:
 
 
 def fmt_bytes(n: int) -> str:
-    """GiB with one decimal from 1 GiB up, whole MiB below: 34359738368 -> '32.0 GiB', 2**27 -> '128 MiB'."""
+    """GiB with one decimal from 1 GiB up, whole MiB below: 34359738368 -> '32.0 GiB', 2**27 ->
+    '128 MiB'."""
     if n >= GiB:
         return f"{math.floor(n / GiB * 10 + 0.5) / 10:.1f} GiB"
     return f"{fmt_int(math.floor(n / MiB + 0.5))} MiB"
@@ -37,7 +39,9 @@ def fmt_bytes(n: int) -> str:
 def figure_png(fig, footer: str | None = None) -> bytes:
     """The figure as PNG bytes, optionally with a grey line of text under it."""
     if footer:  # under everything: the tight bounding box grows to take it in
-        fig.text(0.5, -0.01, footer, ha="center", va="top", fontsize=9, color="0.35", style="italic")
+        fig.text(
+            0.5, -0.01, footer, ha="center", va="top", fontsize=9, color="0.35", style="italic"
+        )
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")  # as the inline backend draws it
     return buf.getvalue()
@@ -46,10 +50,11 @@ def figure_png(fig, footer: str | None = None) -> bytes:
 class LiveControls(widgets.VBox):
     """A VBox whose output also holds a picture of its starting state.
 
-    JupyterLab draws a widget only from trusted output with the widget extension loaded. A notebook that
-    was just opened is untrusted, so it would show the widget's text repr ("VBox(children=...)"),
-    which looks broken. With a PNG in the same output, JupyterLab shows the picture there, and the live
-    controls as soon as the cell runs (the widget view ranks above the picture).
+    JupyterLab draws a widget only from trusted output with the widget extension loaded. A
+    notebook that was just opened is untrusted, so it would show the widget's text repr
+    ("VBox(children=...)"), which looks broken. With a PNG in the same output, JupyterLab shows
+    the picture there, and the live controls as soon as the cell runs (the widget view ranks
+    above the picture).
     """
 
     def __init__(self, children, picture: bytes, caption: str, **kwargs):

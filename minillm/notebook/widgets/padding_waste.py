@@ -1,9 +1,10 @@
 """padding_waste.py — how much a padded batch wastes: numbers, a figure and a notebook widget.
 
-A padded batch is a [B, max_len] rectangle: every request's new tokens are stretched to the longest
-one. A packed batch is the [N] row of the tokens that exist. `padding_waste` computes the numbers
-(tests use it without a kernel); the figure and the ipywidgets UI draw them. The book site draws the
-same thing with docs/assets/padding-waste.js, from the same presets and the same summary line.
+A padded batch is a [B, max_len] rectangle: every request's new tokens are stretched to the
+longest one. A packed batch is the [N] row of the tokens that exist. `padding_waste` computes
+the numbers (tests use it without a kernel); the figure and the ipywidgets UI draw them. The
+book site draws the same thing with docs/assets/padding-waste.js, from the same presets and the
+same summary line.
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ class PaddingWaste:
 
     def summary(self) -> str:
         """One line; the site's control prints the same line for the same lengths."""
-        return (f"padded [B={self.batch_size}, max_len={fmt_int(self.max_len)}] = {fmt_int(self.padded_tokens)} "
-                f"positions; packed [N={fmt_int(self.packed_tokens)}]: "
-                f"{fmt_percent(self.wasted_fraction)} of the padded work is padding")
+        return (
+            f"padded [B={self.batch_size}, max_len={fmt_int(self.max_len)}] = "
+            f"{fmt_int(self.padded_tokens)} "
+            f"positions; packed [N={fmt_int(self.packed_tokens)}]: "
+            f"{fmt_percent(self.wasted_fraction)} of the padded work is padding"
+        )
 
 
 def padding_waste(query_lens) -> PaddingWaste:
@@ -58,16 +62,20 @@ def padding_waste(query_lens) -> PaddingWaste:
         raise ValueError("query_lens is empty: expected at least one request")
     bad = [n for n in lens if isinstance(n, bool) or not isinstance(n, int) or n < 1]
     if bad:
-        raise ValueError(f"query_lens holds {bad[0]!r}: expected ints >= 1 (every request computes a new token)")
+        raise ValueError(
+            f"query_lens holds {bad[0]!r}: expected ints >= 1 (every request computes a new "
+            "token)"
+        )
     return PaddingWaste(tuple(lens), len(lens) * max(lens), sum(lens))
 
 
 def padding_waste_figure(query_lens, width: float = 9.0):
     """The padded [B, max_len] rectangle above the packed [N] row, drawn to one token scale.
 
-    The packed row is wrapped at max_len tokens per line, so both panels share the x axis and every
-    row has the same height: equal coloured areas mean equal work, and the grey is the padding. A
-    request of one token is a sliver at this scale; every bar gets an outline so that it stays visible.
+    The packed row is wrapped at max_len tokens per line, so both panels share the x axis and
+    every row has the same height: equal coloured areas mean equal work, and the grey is the
+    padding. A request of one token is a sliver at this scale; every bar gets an outline so that
+    it stays visible.
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
@@ -77,21 +85,43 @@ def padding_waste_figure(query_lens, width: float = 9.0):
     packed_rows = math.ceil(N / L)
     color = [f"C{i % 10}" for i in range(B)]
     fig, (ax_pad, ax_pack) = plt.subplots(
-        2, 1, sharex=True, figsize=(width, 1.9 + 0.22 * (B + packed_rows)),  # 0.22 in per row in both panels
-        gridspec_kw={"height_ratios": [B, packed_rows]})
-    ax_pad.barh(range(B), [L] * B, height=1.0, color="#d0d0d0", edgecolor="white", linewidth=0.5)  # padding
+        2,
+        1,
+        sharex=True,
+        figsize=(width, 1.9 + 0.22 * (B + packed_rows)),  # 0.22 in per row in both panels
+        gridspec_kw={"height_ratios": [B, packed_rows]},
+    )
+    ax_pad.barh(
+        range(B), [L] * B, height=1.0, color="#d0d0d0", edgecolor="white", linewidth=0.5
+    )  # padding
     ax_pad.barh(range(B), w.query_lens, height=1.0, color=color, edgecolor=color, linewidth=0.8)
     start = 0  # where each request's tokens start in the flat [N] row
     for i, n in enumerate(w.query_lens):
         while n > 0:  # a request may wrap onto the next line
             row, col = divmod(start, L)
             take = min(n, L - col)
-            ax_pack.barh(row, take, left=col, height=1.0, color=color[i], edgecolor=color[i], linewidth=0.8)
+            ax_pack.barh(
+                row,
+                take,
+                left=col,
+                height=1.0,
+                color=color[i],
+                edgecolor=color[i],
+                linewidth=0.8,
+            )
             start, n = start + take, n - take
-    ax_pad.set_title(f"padded [B={B}, max_len={fmt_int(L)}]: {fmt_int(w.padded_tokens)} positions, "
-                     f"{fmt_int(w.wasted_tokens)} of them padding (grey)", fontsize=10, loc="left")
-    ax_pack.set_title(f"packed [N={fmt_int(N)}]: {fmt_int(N)} tokens, no padding (one row, wrapped at max_len)",
-                      fontsize=10, loc="left")
+    ax_pad.set_title(
+        f"padded [B={B}, max_len={fmt_int(L)}]: {fmt_int(w.padded_tokens)} positions, "
+        f"{fmt_int(w.wasted_tokens)} of them padding (grey)",
+        fontsize=10,
+        loc="left",
+    )
+    ax_pack.set_title(
+        f"packed [N={fmt_int(N)}]: {fmt_int(N)} tokens, no padding (one row, wrapped at "
+        "max_len)",
+        fontsize=10,
+        loc="left",
+    )
     ax_pad.set_ylim(B - 0.5, -0.5)
     ax_pad.set_yticks(range(B), [str(i + 1) for i in range(B)], fontsize=8)
     ax_pad.set_ylabel("request")
@@ -101,15 +131,20 @@ def padding_waste_figure(query_lens, width: float = 9.0):
     ax_pack.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
     ax_pack.xaxis.set_major_formatter(lambda x, _: fmt_int(x))
     ax_pack.set_xlabel("token position in the row (tokens)")
-    fig.suptitle(f"same tokens, {fmt_percent(w.wasted_fraction)} of the padded batch is padding", fontsize=11)
+    fig.suptitle(
+        f"same tokens, {fmt_percent(w.wasted_fraction)} of the padded batch is padding",
+        fontsize=11,
+    )
     fig.tight_layout()
     return fig
 
 
 def padding_waste_widget(query_lens=PRESETS["mixed: 2 prefills + 6 decodes"]):
-    """ipywidgets UI: a preset menu, the number of requests, each request's new tokens; redraws on change.
+    """ipywidgets UI: a preset menu, the number of requests, each request's new tokens; redraws
+    on change.
 
-    Returns a LiveControls box: before the cell has run in this session, JupyterLab shows its picture.
+    Returns a LiveControls box: before the cell has run in this session, JupyterLab shows its
+    picture.
     """
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
@@ -118,15 +153,30 @@ def padding_waste_widget(query_lens=PRESETS["mixed: 2 prefills + 6 decodes"]):
     from minillm.notebook.widgets.live import LiveControls, figure_png
 
     lens = list(padding_waste(query_lens).query_lens)[:MAX_REQUESTS]
-    preset = widgets.Dropdown(options=[*PRESETS, "custom"], description="preset",
-                              value=next((k for k, v in PRESETS.items() if v == lens), "custom"),
-                              layout=widgets.Layout(width="22em"))
-    count = widgets.IntSlider(value=len(lens), min=1, max=MAX_REQUESTS, description="requests",
-                              layout=widgets.Layout(width="24em"))
-    boxes = [widgets.BoundedIntText(value=lens[i] if i < len(lens) else 1, min=1, max=MAX_TOKENS,
-                                    description=f"request {i + 1}", style={"description_width": "5.5em"},
-                                    layout=widgets.Layout(width="11.5em"))
-             for i in range(MAX_REQUESTS)]
+    preset = widgets.Dropdown(
+        options=[*PRESETS, "custom"],
+        description="preset",
+        value=next((k for k, v in PRESETS.items() if v == lens), "custom"),
+        layout=widgets.Layout(width="22em"),
+    )
+    count = widgets.IntSlider(
+        value=len(lens),
+        min=1,
+        max=MAX_REQUESTS,
+        description="requests",
+        layout=widgets.Layout(width="24em"),
+    )
+    boxes = [
+        widgets.BoundedIntText(
+            value=lens[i] if i < len(lens) else 1,
+            min=1,
+            max=MAX_TOKENS,
+            description=f"request {i + 1}",
+            style={"description_width": "5.5em"},
+            layout=widgets.Layout(width="11.5em"),
+        )
+        for i in range(MAX_REQUESTS)
+    ]
     out = widgets.Output()
     busy = [False]  # a preset sets many controls at once: redraw only after the last
 
@@ -135,7 +185,7 @@ def padding_waste_widget(query_lens=PRESETS["mixed: 2 prefills + 6 decodes"]):
             return
         for i, box in enumerate(boxes):
             box.layout.display = None if i < count.value else "none"
-        current = [b.value for b in boxes[:count.value]]
+        current = [b.value for b in boxes[: count.value]]
         with out:
             out.clear_output(wait=True)
             fig = padding_waste_figure(current)
@@ -164,9 +214,17 @@ def padding_waste_widget(query_lens=PRESETS["mixed: 2 prefills + 6 decodes"]):
     for box in boxes:
         box.observe(edited, names="value")
     redraw()
-    grid = widgets.GridBox(boxes, layout=widgets.Layout(grid_template_columns="repeat(auto-fill, 12em)"))  # wraps
+    grid = widgets.GridBox(
+        boxes, layout=widgets.Layout(grid_template_columns="repeat(auto-fill, 12em)")
+    )  # wraps
     picture = padding_waste_figure(lens)
-    png = figure_png(picture, footer="the figure for these lengths: run this cell for the live controls")
+    png = figure_png(
+        picture, footer="the figure for these lengths: run this cell for the live controls"
+    )
     plt.close(picture)
-    return LiveControls([widgets.HBox([preset, count]), grid, out], picture=png,
-                        caption=f"padding-waste controls (run the cell to use them): {padding_waste(lens).summary()}")
+    return LiveControls(
+        [widgets.HBox([preset, count]), grid, out],
+        picture=png,
+        caption="padding-waste controls (run the cell to use them): "
+        f"{padding_waste(lens).summary()}",
+    )

@@ -14,7 +14,8 @@ class BlockPool:
         raise NotImplementedError("BlockPool.num_free")
 
     def allocate(self, n: int) -> list[int]:
-        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing allocated."""
+        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing
+        allocated."""
         raise NotImplementedError("BlockPool.allocate")
 
     def share(self, blocks: list[int]) -> None:

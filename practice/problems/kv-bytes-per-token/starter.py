@@ -2,7 +2,8 @@
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:
-    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim numbers each."""
+    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim
+    numbers each."""
     raise NotImplementedError("kv_bytes_per_token")
 
 

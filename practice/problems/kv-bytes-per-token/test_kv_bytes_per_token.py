@@ -1,4 +1,5 @@
-"""Tests for kv_bytes_per_token and max_cached_tokens: real configs worked out by hand, then random
+"""Tests for kv_bytes_per_token and max_cached_tokens: real configs worked out by hand, then
+random
 configs (any layers, heads, head sizes and bytes per number) against the formula."""
 
 import random
@@ -6,29 +7,49 @@ import random
 from grading import check_equal, check_names, check_raises
 
 GiB = 2**30
-QWEN3_06B = {"num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-             "hidden_size": 1024}
-LLAMA2_7B = {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096}  # no GQA, no head_dim
-# The 27B-class model of the batching reports, per tensor-parallel rank: 16 full-attention layers,
-# 16 KV heads of 128 on each of the two GPUs.
-BIG_PER_RANK = {"num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
-                "hidden_size": 5120}
+QWEN3_06B = {
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "hidden_size": 1024,
+}
+LLAMA2_7B = {
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "hidden_size": 4096,
+}  # no GQA, no head_dim
+# The 27B-class model of the batching reports, per tensor-parallel rank: 16 full-attention
+# layers, 16 KV heads of 128 on each of the two GPUs.
+BIG_PER_RANK = {
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 16,
+    "head_dim": 128,
+    "hidden_size": 5120,
+}
 
 
 def random_configs(seed, n=60):
-    """Configs with every field drawn independently; head_dim given or not, KV heads given, None or absent."""
+    """Configs with every field drawn independently; head_dim given or not, KV heads given, None
+    or absent."""
     rng = random.Random(seed)
     for _ in range(n):
         heads = rng.choice([1, 3, 4, 12, 14, 28, 40, 64])
-        config = {"num_hidden_layers": rng.randint(1, 96), "num_attention_heads": heads,
-                  "hidden_size": heads * rng.choice([32, 64, 80, 128, 160])}
+        config = {
+            "num_hidden_layers": rng.randint(1, 96),
+            "num_attention_heads": heads,
+            "hidden_size": heads * rng.choice([32, 64, 80, 128, 160]),
+        }
         kv = rng.choice([d for d in range(1, heads + 1) if heads % d == 0])
         choice = rng.choice(["given", "none", "absent"])
         if choice != "absent":
             config["num_key_value_heads"] = kv if choice == "given" else None
         head_dim_choice = rng.choice(["given", "none", "absent"])
         if head_dim_choice != "absent":
-            config["head_dim"] = rng.choice([64, 96, 128, 256]) if head_dim_choice == "given" else None
+            config["head_dim"] = (
+                rng.choice([64, 96, 128, 256]) if head_dim_choice == "given" else None
+            )
         kv_heads = config.get("num_key_value_heads") or heads
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         yield config, 2 * config["num_hidden_layers"] * kv_heads * head_dim
@@ -36,62 +57,119 @@ def random_configs(seed, n=60):
 
 def test_counts_keys_and_values(learner):
     """Each token stores a key and a value: the product starts with 2."""
-    one = {"num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 1, "hidden_size": 1}
-    check_equal(learner.kv_bytes_per_token(one, 1), 2, "kv_bytes_per_token(1 layer, 1 KV head, head_dim 1, 1 byte)")
+    one = {
+        "num_hidden_layers": 1,
+        "num_attention_heads": 1,
+        "num_key_value_heads": 1,
+        "head_dim": 1,
+        "hidden_size": 1,
+    }
+    check_equal(
+        learner.kv_bytes_per_token(one, 1),
+        2,
+        "kv_bytes_per_token(1 layer, 1 KV head, head_dim 1, 1 byte)",
+    )
 
 
 def test_qwen3_06b_costs_112_kib_per_token(learner):
-    """2 (K and V) x 28 layers x 8 KV heads x 128 x 2 bytes: KV heads, not the 16 query heads."""
-    check_equal(learner.kv_bytes_per_token(QWEN3_06B), 114688, "kv_bytes_per_token(Qwen3-0.6B, bf16)")
+    """2 (K and V) x 28 layers x 8 KV heads x 128 x 2 bytes: KV heads, not the 16 query
+    heads."""
+    check_equal(
+        learner.kv_bytes_per_token(QWEN3_06B), 114688, "kv_bytes_per_token(Qwen3-0.6B, bf16)"
+    )
 
 
 def test_missing_fields_fall_back_to_one_kv_head_per_query_head(learner):
     """Without num_key_value_heads and head_dim: 32 KV heads of 4096 // 32 = 128 numbers."""
-    check_equal(learner.kv_bytes_per_token(LLAMA2_7B), 524288, "kv_bytes_per_token(a Llama-2-7B config)")
+    check_equal(
+        learner.kv_bytes_per_token(LLAMA2_7B), 524288, "kv_bytes_per_token(a Llama-2-7B config)"
+    )
     with_nones = dict(LLAMA2_7B, num_key_value_heads=None, head_dim=None)
-    check_equal(learner.kv_bytes_per_token(with_nones), 524288, "kv_bytes_per_token(fields set to None)")
+    check_equal(
+        learner.kv_bytes_per_token(with_nones), 524288, "kv_bytes_per_token(fields set to None)"
+    )
 
 
 def test_a_64k_context_slot_needs_8_gib_per_rank(learner):
-    """16 layers x 2 x 16 KV heads x 128 x 2 bytes = 128 KiB per token; 65536 tokens make 8 GiB."""
-    check_equal(learner.kv_bytes_per_token(BIG_PER_RANK) * 65536, 8 * GiB, "bytes of one 64K-token slot per rank")
+    """16 layers x 2 x 16 KV heads x 128 x 2 bytes = 128 KiB per token; 65536 tokens make
+    8 GiB."""
+    check_equal(
+        learner.kv_bytes_per_token(BIG_PER_RANK) * 65536,
+        8 * GiB,
+        "bytes of one 64K-token slot per rank",
+    )
 
 
 def test_random_configs_follow_the_formula(learner):
-    """Any mix of layers, query and KV heads, head sizes (given or derived) and bytes per number (1, 2, 4)."""
+    """Any mix of layers, query and KV heads, head sizes (given or derived) and bytes per number
+    (1, 2, 4)."""
     rng = random.Random(1)
     for case, (config, numbers) in enumerate(random_configs(seed=0)):
         size = rng.choice([1, 2, 4])
-        check_equal(learner.kv_bytes_per_token(config, size), numbers * size,
-                    f"case {case}: kv_bytes_per_token({config}, bytes_per_element={size})")
+        check_equal(
+            learner.kv_bytes_per_token(config, size),
+            numbers * size,
+            f"case {case}: kv_bytes_per_token({config}, bytes_per_element={size})",
+        )
 
 
 def test_max_cached_tokens_rounds_down(learner):
-    """Only whole tokens fit: 2**30 // 114688 = 9362 (9362.3 rounded down); one byte short of a token is 0."""
-    check_equal(learner.max_cached_tokens(QWEN3_06B, GiB), 9362, "max_cached_tokens(Qwen3-0.6B, 1 GiB)")
-    check_equal(learner.max_cached_tokens(QWEN3_06B, 114687), 0, "max_cached_tokens with one byte short of a token")
-    check_equal(learner.max_cached_tokens(QWEN3_06B, 0), 0, "max_cached_tokens with a budget of 0")
+    """Only whole tokens fit: 2**30 // 114688 = 9362 (9362.3 rounded down); one byte short of a
+    token is 0."""
+    check_equal(
+        learner.max_cached_tokens(QWEN3_06B, GiB), 9362, "max_cached_tokens(Qwen3-0.6B, 1 GiB)"
+    )
+    check_equal(
+        learner.max_cached_tokens(QWEN3_06B, 114687),
+        0,
+        "max_cached_tokens with one byte short of a token",
+    )
+    check_equal(
+        learner.max_cached_tokens(QWEN3_06B, 0), 0, "max_cached_tokens with a budget of 0"
+    )
 
 
 def test_random_budgets_hold_whole_tokens(learner):
-    """budget // bytes per token, for any config, budget (up to exabytes) and bytes per number: integers, no floats."""
+    """budget // bytes per token, for any config, budget (up to exabytes) and bytes per number:
+    integers, no floats."""
     rng = random.Random(2)
     for case, (config, numbers) in enumerate(random_configs(seed=3, n=40)):
         size = rng.choice([1, 2, 4])
-        per_token = numbers * size  # one byte short of a whole number of tokens, beyond what a float holds exactly
-        budget = rng.choice([rng.randrange(10**6), rng.randrange(2**50), per_token * rng.randrange(2**50, 2**55) - 1])
-        check_equal(learner.max_cached_tokens(config, budget, size), budget // per_token,
-                    f"case {case}: max_cached_tokens({config}, {budget}, bytes_per_element={size})")
+        per_token = (
+            numbers * size
+        )  # one byte short of a whole number of tokens, beyond what a float holds exactly
+        budget = rng.choice(
+            [
+                rng.randrange(10**6),
+                rng.randrange(2**50),
+                per_token * rng.randrange(2**50, 2**55) - 1,
+            ]
+        )
+        check_equal(
+            learner.max_cached_tokens(config, budget, size),
+            budget // per_token,
+            f"case {case}: max_cached_tokens({config}, {budget}, bytes_per_element={size})",
+        )
 
 
 def test_a_22_gib_budget_holds_less_than_three_64k_slots(learner):
     """22 GiB / 128 KiB per token = 180224 tokens: 2.75 slots of 65536."""
-    check_equal(learner.max_cached_tokens(BIG_PER_RANK, 22 * GiB), 180224, "max_cached_tokens(22 GiB per rank)")
+    check_equal(
+        learner.max_cached_tokens(BIG_PER_RANK, 22 * GiB),
+        180224,
+        "max_cached_tokens(22 GiB per rank)",
+    )
 
 
 def test_negative_budget_raises_value_error_naming_it(learner):
-    """A budget below zero is a mistake in the caller's arithmetic: say so, with the budget in the message."""
+    """A budget below zero is a mistake in the caller's arithmetic: say so, with the budget in
+    the message."""
     for budget in (-1, -4096):
-        error = check_raises(ValueError, learner.max_cached_tokens, QWEN3_06B, budget,
-                             what=f"max_cached_tokens(config, {budget})")
+        error = check_raises(
+            ValueError,
+            learner.max_cached_tokens,
+            QWEN3_06B,
+            budget,
+            what=f"max_cached_tokens(config, {budget})",
+        )
         check_names(error, budget, f"max_cached_tokens(config, {budget})")

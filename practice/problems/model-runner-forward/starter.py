@@ -1,4 +1,5 @@
-"""One mixed forward: the paged attention backend of a step, and the runner's call of the model's own forward."""
+"""One mixed forward: the paged attention backend of a step, and the runner's call of the
+model's own forward."""
 
 import torch
 
@@ -6,18 +7,28 @@ from minillm.paged import paged_attention  # noqa: F401  (you will need it)
 
 
 class PagedBackend:
-    """The attention backend of one step over a PagedKVCache: write the new K/V, then attend through the block tables."""
+    """The attention backend of one step over a PagedKVCache: write the new K/V, then attend
+    through the block tables."""
 
-    def __init__(self, kv, block_tables: list[list[int]], seq_lens: list[int], query_start_loc: list[int],
-                 slot_mapping: torch.Tensor):
+    def __init__(
+        self,
+        kv,
+        block_tables: list[list[int]],
+        seq_lens: list[int],
+        query_start_loc: list[int],
+        slot_mapping: torch.Tensor,
+    ):
         raise NotImplementedError("PagedBackend.__init__")
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
         """q [N, H, hd], k, v [N, KV, hd] of the step's new tokens -> [N, H, hd]."""
         raise NotImplementedError("PagedBackend.attend")
 
 
 @torch.no_grad()
 def runner_forward(model, kv, batch) -> torch.Tensor:
-    """model: minillm Transformer; kv: PagedKVCache; batch: BatchInput -> logits [M, vocab] at batch.logits_indices."""
+    """model: minillm Transformer; kv: PagedKVCache; batch: BatchInput -> logits [M, vocab] at
+    batch.logits_indices."""
     raise NotImplementedError("runner_forward")

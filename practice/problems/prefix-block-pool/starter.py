@@ -1,4 +1,5 @@
-"""A block pool with prefix caching: shared cached blocks, reference counts, and an LRU free queue."""
+"""A block pool with prefix caching: shared cached blocks, reference counts, and an LRU free
+queue."""
 
 
 class OutOfBlocksError(RuntimeError):
@@ -23,13 +24,16 @@ class PrefixBlockPool:
         raise NotImplementedError("ref_count")
 
     def lookup(self, token_ids: list[int]) -> list[int]:
-        """Cached blocks of the longest cached prefix, never the block of the last token. Changes nothing."""
+        """Cached blocks of the longest cached prefix, never the block of the last token.
+        Changes nothing."""
         raise NotImplementedError("lookup")
 
     def allocate(self, token_ids: list[int]) -> list[int]:
-        """A new request's block table: its cached prefix shared, fresh blocks after; its full blocks then cached."""
+        """A new request's block table: its cached prefix shared, fresh blocks after; its full
+        blocks then cached."""
         raise NotImplementedError("allocate")
 
     def free(self, block_table: list[int]) -> None:
-        """One owner fewer per block, last block first; a block nobody holds joins the back of the queue, cached."""
+        """One owner fewer per block, last block first; a block nobody holds joins the back of
+        the queue, cached."""
         raise NotImplementedError("free")

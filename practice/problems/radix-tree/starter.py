@@ -6,11 +6,13 @@ class RadixTree:
         raise NotImplementedError("RadixTree")
 
     def match_prefix(self, token_ids: list[int]) -> int:
-        """Length of the longest cached prefix; splits the node where the match ends inside its key."""
+        """Length of the longest cached prefix; splits the node where the match ends inside its
+        key."""
         raise NotImplementedError("match_prefix")
 
     def insert(self, token_ids: list[int]) -> int:
-        """Cache token_ids (what is new becomes one leaf); returns how many tokens were cached already."""
+        """Cache token_ids (what is new becomes one leaf); returns how many tokens were cached
+        already."""
         raise NotImplementedError("insert")
 
     def num_nodes(self) -> int:

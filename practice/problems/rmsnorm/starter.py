@@ -4,5 +4,6 @@ import torch
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x [..., d], weight [d] -> [..., d] in x's dtype; the statistics are computed in float32."""
+    """x [..., d], weight [d] -> [..., d] in x's dtype; the statistics are computed in
+    float32."""
     raise NotImplementedError("rms_norm")

@@ -1,4 +1,5 @@
-"""Tests for rope_cos_sin and apply_rope: against float64 arithmetic over many head sizes, thetas and
+"""Tests for rope_cos_sin and apply_rope: against float64 arithmetic over many head sizes,
+thetas and
 positions (into the thousands), and against rotations worked out by hand."""
 
 import math
@@ -37,7 +38,8 @@ TABLES = [  # (positions, head_dim, theta)
 
 @pytest.mark.parametrize("case", range(len(TABLES)))
 def test_tables_for_any_positions_head_dim_and_theta(learner, case):
-    """Pair i at position p turns by p * theta ** (-2i / head_dim); both halves of a row share the pair's angle."""
+    """Pair i at position p turns by p * theta ** (-2i / head_dim); both halves of a row share
+    the pair's angle."""
     positions, head_dim, theta = TABLES[case]
     cos, sin = learner.rope_cos_sin(torch.tensor(positions), head_dim, theta)
     want_cos, want_sin = exact_tables(positions, head_dim, theta)
@@ -55,40 +57,73 @@ def test_pair_i_turns_at_theta_to_the_minus_two_i_over_d(learner):
 
 
 def test_rows_follow_the_given_positions_in_any_order(learner):
-    """Row t of the tables is for positions[t]: a decode step at 3000 is not at 0, and the order is the caller's."""
-    cos, sin = learner.rope_cos_sin(torch.tensor([3000, 3, 3000], dtype=torch.int32), 8, 10_000.0)
+    """Row t of the tables is for positions[t]: a decode step at 3000 is not at 0, and the order
+    is the caller's."""
+    cos, sin = learner.rope_cos_sin(
+        torch.tensor([3000, 3, 3000], dtype=torch.int32), 8, 10_000.0
+    )
     want_cos, want_sin = exact_tables([3000, 3, 3000], 8, 10_000.0)
-    check_close(cos, want_cos.float(), "cos for int32 positions [3000, 3, 3000]", atol=1e-3, dtype=torch.float32)
-    check_close(sin, want_sin.float(), "sin for int32 positions [3000, 3, 3000]", atol=1e-3, dtype=torch.float32)
+    check_close(
+        cos,
+        want_cos.float(),
+        "cos for int32 positions [3000, 3, 3000]",
+        atol=1e-3,
+        dtype=torch.float32,
+    )
+    check_close(
+        sin,
+        want_sin.float(),
+        "sin for int32 positions [3000, 3, 3000]",
+        atol=1e-3,
+        dtype=torch.float32,
+    )
 
 
 @pytest.mark.parametrize("head_dim", [8, 10])
 def test_pairs_are_the_two_halves_of_a_head(learner, head_dim):
-    """Element i pairs with element i + head_dim/2, and (a, b) becomes (a cos - b sin, b cos + a sin)."""
+    """Element i pairs with element i + head_dim/2, and (a, b) becomes (a cos - b sin, b cos + a
+    sin)."""
     half = head_dim // 2
-    cos, sin = torch.full((1, 1, head_dim), math.cos(1.0)), torch.full((1, 1, head_dim), math.sin(1.0))
+    cos, sin = (
+        torch.full((1, 1, head_dim), math.cos(1.0)),
+        torch.full((1, 1, head_dim), math.sin(1.0)),
+    )
     x = torch.zeros(1, 1, head_dim)
     x[0, 0, 0], x[0, 0, half + 1] = 1.0, 2.0  # a of pair 0, b of pair 1
     expected = torch.zeros(1, 1, head_dim)
     expected[0, 0, 0], expected[0, 0, half] = math.cos(1.0), math.sin(1.0)
     expected[0, 0, 1], expected[0, 0, half + 1] = -2 * math.sin(1.0), 2 * math.cos(1.0)
-    check_close(learner.apply_rope(x, cos, sin), expected, f"apply_rope(e0 + 2 * e{half + 1}) by 1 rad, head_dim {head_dim}",
-                atol=1e-6)
+    check_close(
+        learner.apply_rope(x, cos, sin),
+        expected,
+        f"apply_rope(e0 + 2 * e{half + 1}) by 1 rad, head_dim {head_dim}",
+        atol=1e-6,
+    )
 
 
-LAYOUTS = [((5, 4, 16), [3, 4, 5, 6, 7], 10_000.0), ((2, 5, 3, 32), [0, 900, 901, 2, 4000], 1e6),
-           ((1, 2, 1, 6), [7, 8], 10.0), ((3, 1, 2, 64), [5000], 1e6)]
+LAYOUTS = [
+    ((5, 4, 16), [3, 4, 5, 6, 7], 10_000.0),
+    ((2, 5, 3, 32), [0, 900, 901, 2, 4000], 1e6),
+    ((1, 2, 1, 6), [7, 8], 10.0),
+    ((3, 1, 2, 64), [5000], 1e6),
+]
 
 
 @pytest.mark.parametrize("case", range(len(LAYOUTS)))
 def test_apply_rope_for_any_layout(learner, case):
-    """x [..., T, heads, head_dim] rotated by cos/sin [T, 1, head_dim] that broadcast over the heads and batch."""
+    """x [..., T, heads, head_dim] rotated by cos/sin [T, 1, head_dim] that broadcast over the
+    heads and batch."""
     shape, positions, theta = LAYOUTS[case]
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(case))
     cos, sin = rope_cos_sin(torch.tensor(positions), shape[-1], theta)
     got = learner.apply_rope(x, cos[:, None, :], sin[:, None, :])
-    check_close(got, exact_rotation(x, cos[:, None, :], sin[:, None, :]).float(), f"apply_rope(x {list(shape)})",
-                atol=1e-5, dtype=torch.float32)
+    check_close(
+        got,
+        exact_rotation(x, cos[:, None, :], sin[:, None, :]).float(),
+        f"apply_rope(x {list(shape)})",
+        atol=1e-5,
+        dtype=torch.float32,
+    )
 
 
 def test_rotation_keeps_the_length_of_each_head(learner):
@@ -100,7 +135,8 @@ def test_rotation_keeps_the_length_of_each_head(learner):
 
 
 def test_scores_depend_only_on_the_distance(learner):
-    """q at position m and k at n meet at an angle of m - n: shifting both by 1000 keeps every q . k."""
+    """q at position m and k at n meet at an angle of m - n: shifting both by 1000 keeps every q
+    . k."""
     g = torch.Generator().manual_seed(2)
     q, k = torch.randn(4, 1, 16, generator=g), torch.randn(4, 1, 16, generator=g)
     scores = []
@@ -118,6 +154,12 @@ def test_result_keeps_the_input_dtype(learner, dtype):
     x = torch.randn(3, 2, 8, generator=torch.Generator().manual_seed(3)).to(dtype)
     cos, sin = rope_cos_sin(torch.tensor([0, 250, 3000]), 8, 10_000.0)
     got = learner.apply_rope(x, cos[:, None, :], sin[:, None, :])
-    check_close(got, apply_rope(x, cos[:, None, :], sin[:, None, :]), f"apply_rope(x in {dtype})", atol=3e-2,
-                rtol=2e-2, dtype=dtype)
+    check_close(
+        got,
+        apply_rope(x, cos[:, None, :], sin[:, None, :]),
+        f"apply_rope(x in {dtype})",
+        atol=3e-2,
+        rtol=2e-2,
+        dtype=dtype,
+    )
     check_equal(tuple(got.shape), (3, 2, 8), "the shape of apply_rope(x [3, 2, 8])")

@@ -1,4 +1,5 @@
-"""Many requests in one preallocated KV buffer, one fixed slot [max_ctx, kv_heads, head_dim] each."""
+"""Many requests in one preallocated KV buffer, one fixed slot [max_ctx, kv_heads, head_dim]
+each."""
 
 import torch
 
@@ -8,7 +9,8 @@ class NoFreeSlotError(RuntimeError):
 
 
 class SlotKVCache:
-    """k, v: [max_batch, max_ctx, num_kv_heads, head_dim]; each running request owns one row (its slot)."""
+    """k, v: [max_batch, max_ctx, num_kv_heads, head_dim]; each running request owns one row
+    (its slot)."""
 
     def __init__(self, max_batch: int, max_ctx: int, num_kv_heads: int, head_dim: int):
         raise NotImplementedError("SlotKVCache.__init__")
@@ -24,8 +26,11 @@ class SlotKVCache:
     def slot_of(self, request_id) -> int:
         raise NotImplementedError("SlotKVCache.slot_of")
 
-    def append(self, request_id, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history [length, kv_heads, head_dim]."""
+    def append(
+        self, request_id, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history
+        [length, kv_heads, head_dim]."""
         raise NotImplementedError("SlotKVCache.append")
 
     def used_tokens(self) -> int:

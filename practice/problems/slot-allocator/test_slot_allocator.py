@@ -1,5 +1,7 @@
-"""Tests for SlotKVCache: slot hand-out, isolation between slots, one preallocated buffer, and errors
-that name the request and change nothing; then random workloads of any size against a model of the rules."""
+"""Tests for SlotKVCache: slot hand-out, isolation between slots, one preallocated buffer, and
+errors
+that name the request and change nothing; then random workloads of any size against a model
+of the rules."""
 
 import random
 
@@ -16,20 +18,29 @@ def kv(n, value, kv_heads=1, head_dim=2):
 
 
 def test_acquire_hands_out_the_lowest_free_slot(learner):
-    """Scan for the first free slot: a, b, c get 0, 1, 2; after b leaves, d gets 1; after a leaves, e gets 0."""
+    """Scan for the first free slot: a, b, c get 0, 1, 2; after b leaves, d gets 1; after a
+    leaves, e gets 0."""
     cache = learner.SlotKVCache(4, 8, 1, 2)
     check_equal([cache.acquire(r) for r in "abc"], [0, 1, 2], "the slots of a, b, c")
     cache.release("b")
     check_equal(cache.acquire("d"), 1, "the slot of d after b released slot 1")
     cache.release("a")
-    check_equal([cache.acquire("e"), cache.acquire("f")], [0, 3], "the slots of e and f after a released slot 0")
+    check_equal(
+        [cache.acquire("e"), cache.acquire("f")],
+        [0, 3],
+        "the slots of e and f after a released slot 0",
+    )
     check_equal(cache.slot_of("c"), 2, "slot_of('c')")
 
 
 def test_buffers_have_the_shape_asked_for(learner):
     """k and v are [max_batch, max_ctx, num_kv_heads, head_dim], whatever the sizes."""
     cache = learner.SlotKVCache(3, 11, 5, 7)
-    check_equal([tuple(cache.k.shape), tuple(cache.v.shape)], [(3, 11, 5, 7)] * 2, "the shapes of cache.k and cache.v")
+    check_equal(
+        [tuple(cache.k.shape), tuple(cache.v.shape)],
+        [(3, 11, 5, 7)] * 2,
+        "the shapes of cache.k and cache.v",
+    )
 
 
 def test_full_cache_raises_no_free_slot_error(learner):
@@ -37,27 +48,42 @@ def test_full_cache_raises_no_free_slot_error(learner):
     cache = learner.SlotKVCache(3, 8, 1, 2)
     for r in "abc":
         cache.acquire(r)
-    check_raises(learner.NoFreeSlotError, cache.acquire, "d", what="acquire('d') with all 3 slots taken")
-    check_equal([cache.slot_of(r) for r in "abc"], [0, 1, 2], "the slots of a, b, c after the refusal")
+    check_raises(
+        learner.NoFreeSlotError, cache.acquire, "d", what="acquire('d') with all 3 slots taken"
+    )
+    check_equal(
+        [cache.slot_of(r) for r in "abc"], [0, 1, 2], "the slots of a, b, c after the refusal"
+    )
     cache.release("b")
     check_equal(cache.acquire("d"), 1, "acquire('d') once b has left")
 
 
 def test_a_request_holds_at_most_one_slot(learner):
-    """acquire for a request that already has a slot is a mistake: ValueError naming it, and no second slot."""
+    """acquire for a request that already has a slot is a mistake: ValueError naming it, and no
+    second slot."""
     cache = learner.SlotKVCache(3, 8, 1, 2)
     cache.acquire("job-17")
     error = check_raises(ValueError, cache.acquire, "job-17", what="acquire('job-17') twice")
     check_names(error, "job-17", "acquire('job-17') twice")
-    check_equal(cache.acquire("b"), 1, "the slot of b after the refused second acquire of job-17")
+    check_equal(
+        cache.acquire("b"), 1, "the slot of b after the refused second acquire of job-17"
+    )
 
 
 def test_request_ids_can_be_any_hashable_value(learner):
     """Ids are the caller's: ints, strings and tuples alike."""
     cache = learner.SlotKVCache(3, 8, 1, 2)
-    check_equal([cache.acquire(7), cache.acquire("7"), cache.acquire((1, 2))], [0, 1, 2], "the slots of 7, '7', (1, 2)")
+    check_equal(
+        [cache.acquire(7), cache.acquire("7"), cache.acquire((1, 2))],
+        [0, 1, 2],
+        "the slots of 7, '7', (1, 2)",
+    )
     cache.release(7)
-    check_equal([cache.slot_of("7"), cache.acquire(8)], [1, 0], "[slot_of('7'), acquire(8)] after releasing 7")
+    check_equal(
+        [cache.slot_of("7"), cache.acquire(8)],
+        [1, 0],
+        "[slot_of('7'), acquire(8)] after releasing 7",
+    )
 
 
 def test_append_returns_the_whole_history(learner):
@@ -67,8 +93,18 @@ def test_append_returns_the_whole_history(learner):
     first, second = kv(3, 1, 3, 4), kv(2, 2, 3, 4)
     cache.append("a", *first)
     k, v = cache.append("a", *second)
-    check_close(k, torch.cat([first[0], second[0]]), "the keys of a after appending 3 then 2 tokens", atol=0)
-    check_close(v, torch.cat([first[1], second[1]]), "the values of a after appending 3 then 2 tokens", atol=0)
+    check_close(
+        k,
+        torch.cat([first[0], second[0]]),
+        "the keys of a after appending 3 then 2 tokens",
+        atol=0,
+    )
+    check_close(
+        v,
+        torch.cat([first[1], second[1]]),
+        "the values of a after appending 3 then 2 tokens",
+        atol=0,
+    )
 
 
 def test_slots_do_not_see_each_other(learner):
@@ -78,26 +114,46 @@ def test_slots_do_not_see_each_other(learner):
     cache.append("a", *kv(2, 1))
     cache.append("b", *kv(3, 5))
     k, _ = cache.append("a", *kv(1, 2))
-    check_close(k, torch.cat([kv(2, 1)[0], kv(1, 2)[0]]), "the keys of a, interleaved with b's appends", atol=0)
+    check_close(
+        k,
+        torch.cat([kv(2, 1)[0], kv(1, 2)[0]]),
+        "the keys of a, interleaved with b's appends",
+        atol=0,
+    )
     k, _ = cache.append("b", *kv(1, 6))
-    check_close(k, torch.cat([kv(3, 5)[0], kv(1, 6)[0]]), "the keys of b, interleaved with a's appends", atol=0)
+    check_close(
+        k,
+        torch.cat([kv(3, 5)[0], kv(1, 6)[0]]),
+        "the keys of b, interleaved with a's appends",
+        atol=0,
+    )
 
 
 def test_history_lives_in_the_preallocated_buffer(learner):
-    """The keys of the request in slot s are cache.k[s, :length]: write into the buffer, not a new tensor."""
+    """The keys of the request in slot s are cache.k[s, :length]: write into the buffer, not a
+    new tensor."""
     cache = learner.SlotKVCache(3, 8, 2, 2)
     before = [storage(cache, "k"), storage(cache, "v")]
     cache.acquire("a"), cache.acquire("b")
     cache.append("b", *kv(2, 7, 2, 2))
     cache.append("b", *kv(3, 8, 2, 2))
-    check_close(cache.k[1, :5], torch.cat([kv(2, 7, 2, 2)[0], kv(3, 8, 2, 2)[0]]), "cache.k[1, :5] (slot 1 holds b)", atol=0)
+    check_close(
+        cache.k[1, :5],
+        torch.cat([kv(2, 7, 2, 2)[0], kv(3, 8, 2, 2)[0]]),
+        "cache.k[1, :5] (slot 1 holds b)",
+        atol=0,
+    )
     check_close(cache.v[1, :2], kv(2, 7, 2, 2)[1], "cache.v[1, :2] (slot 1 holds b)", atol=0)
-    check_equal([storage(cache, "k"), storage(cache, "v")], before,
-                "where cache.k and cache.v live after two appends (allocate them once, in __init__)")
+    check_equal(
+        [storage(cache, "k"), storage(cache, "v")],
+        before,
+        "where cache.k and cache.v live after two appends (allocate them once, in __init__)",
+    )
 
 
 def test_a_reused_slot_starts_empty(learner):
-    """Reset the slot's length when it is handed out again: the next owner must not inherit tokens."""
+    """Reset the slot's length when it is handed out again: the next owner must not inherit
+    tokens."""
     cache = learner.SlotKVCache(1, 8, 1, 2)
     cache.acquire("a")
     cache.append("a", *kv(4, 1))
@@ -108,29 +164,44 @@ def test_a_reused_slot_starts_empty(learner):
 
 
 def test_context_overflow_raises_and_keeps_the_slot(learner):
-    """Check length + T <= max_ctx before writing: ValueError naming the request, the stored tokens untouched."""
+    """Check length + T <= max_ctx before writing: ValueError naming the request, the stored
+    tokens untouched."""
     cache = learner.SlotKVCache(2, 5, 1, 2)
     cache.acquire("x"), cache.acquire("job-23")
     cache.append("job-23", *kv(3, 1))
-    error = check_raises(ValueError, cache.append, "job-23", *kv(3, 9), what="appending 3 tokens to 3 stored, max_ctx 5")
+    error = check_raises(
+        ValueError,
+        cache.append,
+        "job-23",
+        *kv(3, 9),
+        what="appending 3 tokens to 3 stored, max_ctx 5",
+    )
     check_names(error, "job-23", "the refused append to job-23")
     check_close(cache.k[1, :3], kv(3, 1)[0], "cache.k[1, :3] after the refused append", atol=0)
     k, _ = cache.append("job-23", *kv(2, 2))
-    check_close(k, torch.cat([kv(3, 1)[0], kv(2, 2)[0]]), "the keys of a after the refused append and one that fits",
-                atol=0)
+    check_close(
+        k,
+        torch.cat([kv(3, 1)[0], kv(2, 2)[0]]),
+        "the keys of a after the refused append and one that fits",
+        atol=0,
+    )
 
 
 @pytest.mark.parametrize("method", ["release", "slot_of", "append"])
 def test_unknown_requests_raise_value_error_naming_them(learner, method):
-    """release, slot_of and append of a request without a slot raise ValueError naming it, and change nothing."""
+    """release, slot_of and append of a request without a slot raise ValueError naming it, and
+    change nothing."""
     cache = learner.SlotKVCache(2, 4, 1, 2)
     cache.acquire("a")
     cache.append("a", *kv(1, 4))
     args = ("ghost", *kv(1, 1)) if method == "append" else ("ghost",)
     error = check_raises(ValueError, getattr(cache, method), *args, what=f"{method}('ghost')")
     check_names(error, "ghost", f"{method}('ghost')")
-    check_equal([cache.slot_of("a"), cache.used_tokens(), cache.acquire("b")], [0, 1, 1],
-                f"[slot_of('a'), used_tokens(), acquire('b')] after {method}('ghost')")
+    check_equal(
+        [cache.slot_of("a"), cache.used_tokens(), cache.acquire("b")],
+        [0, 1, 1],
+        f"[slot_of('a'), used_tokens(), acquire('b')] after {method}('ghost')",
+    )
 
 
 def test_reserved_tokens_dwarf_used_tokens(learner):
@@ -140,15 +211,24 @@ def test_reserved_tokens_dwarf_used_tokens(learner):
         cache.acquire(r)
         cache.append(r, *kv(n, 1))
     cache.release("c")
-    check_equal([cache.used_tokens(), cache.reserved_tokens()], [40, 200],
-                "[used_tokens(), reserved_tokens()] with a: 10 and b: 30 tokens in slots of 100")
+    check_equal(
+        [cache.used_tokens(), cache.reserved_tokens()],
+        [40, 200],
+        "[used_tokens(), reserved_tokens()] with a: 10 and b: 30 tokens in slots of 100",
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_random_workload_follows_the_rules(learner, seed):
-    """Any sizes and any mix of acquire/append/release: the lowest free slot, histories per slot, errors that change nothing."""
+    """Any sizes and any mix of acquire/append/release: the lowest free slot, histories per
+    slot, errors that change nothing."""
     rng = random.Random(seed)
-    max_batch, max_ctx, kv_heads, head_dim = rng.randint(1, 6), rng.randint(2, 24), rng.randint(1, 3), rng.randint(1, 5)
+    max_batch, max_ctx, kv_heads, head_dim = (
+        rng.randint(1, 6),
+        rng.randint(2, 24),
+        rng.randint(1, 3),
+        rng.randint(1, 5),
+    )
     cache = learner.SlotKVCache(max_batch, max_ctx, kv_heads, head_dim)
     slots, history, next_id = {}, {}, 0  # the model: request -> slot, request -> stored keys
     for step in range(60):
@@ -164,17 +244,34 @@ def test_random_workload_follows_the_rules(learner, seed):
             slots[rid], history[rid] = slot, torch.zeros(0, kv_heads, head_dim)
         elif op == "append" and slots:
             rid = rng.choice(sorted(slots))
-            k = torch.randn(rng.randint(1, 6), kv_heads, head_dim, generator=torch.Generator().manual_seed(step))
+            k = torch.randn(
+                rng.randint(1, 6),
+                kv_heads,
+                head_dim,
+                generator=torch.Generator().manual_seed(step),
+            )
             if len(history[rid]) + len(k) > max_ctx:
-                check_raises(ValueError, cache.append, rid, k, 2 * k, what=f"{what}({rid!r}) of {len(k)} tokens past max_ctx")
+                check_raises(
+                    ValueError,
+                    cache.append,
+                    rid,
+                    k,
+                    2 * k,
+                    what=f"{what}({rid!r}) of {len(k)} tokens past max_ctx",
+                )
                 continue
             history[rid] = torch.cat([history[rid], k])
             got_k, got_v = cache.append(rid, k, 2 * k)
             check_close(got_k, history[rid], f"{what}({rid!r}): the keys returned", atol=0)
-            check_close(got_v, 2 * history[rid], f"{what}({rid!r}): the values returned", atol=0)
+            check_close(
+                got_v, 2 * history[rid], f"{what}({rid!r}): the values returned", atol=0
+            )
         elif op == "release" and slots:
             rid = rng.choice(sorted(slots))
             cache.release(rid)
             del slots[rid], history[rid]
-        check_equal([cache.used_tokens(), cache.reserved_tokens()],
-                    [sum(len(h) for h in history.values()), len(slots) * max_ctx], f"{what}: [used, reserved] tokens")
+        check_equal(
+            [cache.used_tokens(), cache.reserved_tokens()],
+            [sum(len(h) for h in history.values()), len(slots) * max_ctx],
+            f"{what}: [used, reserved] tokens",
+        )

@@ -1,4 +1,5 @@
-"""Where each token's K/V go in a paged cache: slot = block_table[p // block_size] * block_size + p % block_size."""
+"""Where each token's K/V go in a paged cache: slot = block_table[p // block_size] * block_size
++ p % block_size."""
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -6,6 +7,9 @@ def num_blocks_needed(num_tokens: int, block_size: int) -> int:
     raise NotImplementedError("num_blocks_needed")
 
 
-def slot_mapping_for(block_table: list[int], positions: list[int], block_size: int) -> list[int]:
-    """The slot of each position, through the request's block table (ValueError if the table is too short)."""
+def slot_mapping_for(
+    block_table: list[int], positions: list[int], block_size: int
+) -> list[int]:
+    """The slot of each position, through the request's block table (ValueError if the table is
+    too short)."""
     raise NotImplementedError("slot_mapping_for")

@@ -6,7 +6,8 @@ class StopMatcher:
         raise NotImplementedError("StopMatcher")
 
     def add(self, delta: str) -> tuple[str, bool]:
-        """(text safe to show now, whether a stop string just completed); ("", True) after a stop."""
+        """(text safe to show now, whether a stop string just completed); ("", True) after a
+        stop."""
         raise NotImplementedError("add")
 
     def flush(self) -> str:

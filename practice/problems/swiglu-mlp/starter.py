@@ -1,9 +1,14 @@
-"""SwiGLU: down(silu(gate(x)) * up(x)), with nn.Linear-layout weights [out_features, in_features]."""
+"""SwiGLU: down(silu(gate(x)) * up(x)), with nn.Linear-layout weights [out_features,
+in_features]."""
 
 import torch
 
 
-def swiglu_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
-               down_weight: torch.Tensor) -> torch.Tensor:
+def swiglu_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+) -> torch.Tensor:
     """x [..., d]; gate_weight, up_weight [inter, d]; down_weight [d, inter] -> [..., d]."""
     raise NotImplementedError("swiglu_mlp")

@@ -1,5 +1,7 @@
-"""Tests for gather_k: the example, random caches and shuffled tables of any shape against torch indexing
-(bit for bit), the partial last block, an empty request, other dtypes, and the errors on bad tables."""
+"""Tests for gather_k: the example, random caches and shuffled tables of any shape against torch
+indexing
+(bit for bit), the partial last block, an empty request, other dtypes, and the errors on bad
+tables."""
 
 import random
 
@@ -19,41 +21,61 @@ def expected(k_cache, table, seq_len):
 
 def test_the_example(learner):
     k_cache = cache(0, 6, 4, 2, 8)
-    check_equal(learner.gather_k(k_cache, [5, 0, 3], 10), expected(k_cache, [5, 0, 3], 10),
-                "gather_k(k_cache [6, 4, 2, 8], [5, 0, 3], 10)")
+    check_equal(
+        learner.gather_k(k_cache, [5, 0, 3], 10),
+        expected(k_cache, [5, 0, 3], 10),
+        "gather_k(k_cache [6, 4, 2, 8], [5, 0, 3], 10)",
+    )
 
 
 def test_random_tables_and_shapes_match_torch_indexing(learner):
     rng = random.Random(7)
     for case in range(10):
-        block_size, kv_heads, head_dim = rng.choice([1, 2, 3, 5, 8, 16]), rng.randint(1, 4), rng.choice([4, 8, 12, 16, 24])
+        block_size, kv_heads, head_dim = (
+            rng.choice([1, 2, 3, 5, 8, 16]),
+            rng.randint(1, 4),
+            rng.choice([4, 8, 12, 16, 24]),
+        )
         seq_len = rng.randint(1, 60)
         need = -(-seq_len // block_size)
         num_blocks = need + rng.randint(0, 5)
         table = rng.sample(range(num_blocks), need)
         k_cache = cache(case, num_blocks, block_size, kv_heads, head_dim)
-        check_equal(learner.gather_k(k_cache, table, seq_len), expected(k_cache, table, seq_len),
-                    f"gather_k(k_cache [{num_blocks}, {block_size}, {kv_heads}, {head_dim}], {table}, {seq_len})")
+        check_equal(
+            learner.gather_k(k_cache, table, seq_len),
+            expected(k_cache, table, seq_len),
+            f"gather_k(k_cache [{num_blocks}, {block_size}, {kv_heads}, {head_dim}], {table}, "
+            f"{seq_len})",
+        )
 
 
 def test_only_the_filled_part_of_the_last_block_is_read(learner):
     k_cache = cache(1, 4, 8, 1, 4)
     for seq_len in (1, 7, 8, 9, 17):
-        table = [3, 1, 0][:-(-seq_len // 8)]
-        check_equal(learner.gather_k(k_cache, table, seq_len), expected(k_cache, table, seq_len),
-                    f"gather_k(k_cache [4, 8, 1, 4], {table}, {seq_len})")
+        table = [3, 1, 0][: -(-seq_len // 8)]
+        check_equal(
+            learner.gather_k(k_cache, table, seq_len),
+            expected(k_cache, table, seq_len),
+            f"gather_k(k_cache [4, 8, 1, 4], {table}, {seq_len})",
+        )
 
 
 def test_extra_blocks_in_the_table_are_ignored(learner):
     k_cache = cache(2, 5, 4, 2, 4)
-    check_equal(learner.gather_k(k_cache, [2, 4, 1, 0], 6), expected(k_cache, [2, 4], 6),
-                "gather_k(k_cache [5, 4, 2, 4], [2, 4, 1, 0], 6): only 2 blocks are needed")
+    check_equal(
+        learner.gather_k(k_cache, [2, 4, 1, 0], 6),
+        expected(k_cache, [2, 4], 6),
+        "gather_k(k_cache [5, 4, 2, 4], [2, 4, 1, 0], 6): only 2 blocks are needed",
+    )
 
 
 def test_an_empty_request_gives_an_empty_tensor(learner):
     """seq_len 0: a tensor [0, kv_heads, head_dim] in the cache's dtype, as for any length."""
-    for kv_heads, head_dim, dtype in ((2, 8, torch.float32), (3, 12, torch.float16),
-                                      (1, 4, torch.float64)):
+    for kv_heads, head_dim, dtype in (
+        (2, 8, torch.float32),
+        (3, 12, torch.float16),
+        (1, 4, torch.float64),
+    ):
         k_cache = cache(3, 2, 4, kv_heads, head_dim, dtype)
         for table in ([], [1]):
             got = learner.gather_k(k_cache, table, 0)
@@ -66,10 +88,12 @@ MARK = -7777.0  # no cache holds it: a marker where the kernel must neither writ
 
 
 def test_the_kernel_touches_nothing_outside_the_rows(learner):
-    """gather_k_kernel launched as gather_k launches it, on a cache and an output each followed by
-    marker values: every row is right, and the markers after out are untouched. A mask one lane too
-    wide writes past each row; the next program overwrites it and hides it, but not the last one.
-    Mask tl.load and tl.store with cols < ROW (and load with other= a value that never reaches out).
+    """gather_k_kernel launched as gather_k launches it, on a cache and an output each followed
+    by
+    marker values: every row is right, and the markers after out are untouched. A mask one lane
+    too wide writes past each row; the next program overwrites it and hides it, but not the last
+    one. Mask tl.load and tl.store with cols < ROW (and load with other= a value that never
+    reaches out).
     """
     rng = random.Random(12)
     for case in range(8):
@@ -83,19 +107,36 @@ def test_the_kernel_touches_nothing_outside_the_rows(learner):
         k_cache = cache(20 + case, num_blocks, block_size, kv_heads, head_dim)
         width = 1 << (row - 1).bit_length()  # the next power of two
         pad = torch.full((2 * width,), MARK)
-        args = launch(learner.gather_k_kernel, (seq_len,), torch.cat([k_cache.flatten(), pad]),
-                      torch.tensor(table, dtype=torch.long),
-                      torch.full((seq_len * row + 2 * width,), MARK), k_cache.stride(0),
-                      k_cache.stride(1), ROW=row, BLOCK=width, BLOCK_SIZE=block_size)
+        args = launch(
+            learner.gather_k_kernel,
+            (seq_len,),
+            torch.cat([k_cache.flatten(), pad]),
+            torch.tensor(table, dtype=torch.long),
+            torch.full((seq_len * row + 2 * width,), MARK),
+            k_cache.stride(0),
+            k_cache.stride(1),
+            ROW=row,
+            BLOCK=width,
+            BLOCK_SIZE=block_size,
+        )
         out = args[2]
-        what = (f"case {case}: gather_k_kernel[({seq_len},)] on a cache [{num_blocks}, "
-                f"{block_size}, {kv_heads}, {head_dim}] (ROW {row}, BLOCK {width}) and the table "
-                f"{table}")
-        check_equal(out[:seq_len * row].view(seq_len, kv_heads, head_dim),
-                    expected(k_cache, table, seq_len), f"{what}: out")
-        wrote = [i for i, x in enumerate(out[seq_len * row:].tolist()) if x != MARK]
-        check_equal(wrote, [], f"{what}: the elements after the end of out that your kernel wrote "
-                    "(store only where cols < ROW)")
+        what = (
+            f"case {case}: gather_k_kernel[({seq_len},)] on a cache [{num_blocks}, "
+            f"{block_size}, {kv_heads}, {head_dim}] (ROW {row}, BLOCK {width}) and the table "
+            f"{table}"
+        )
+        check_equal(
+            out[: seq_len * row].view(seq_len, kv_heads, head_dim),
+            expected(k_cache, table, seq_len),
+            f"{what}: out",
+        )
+        wrote = [i for i, x in enumerate(out[seq_len * row :].tolist()) if x != MARK]
+        check_equal(
+            wrote,
+            [],
+            f"{what}: the elements after the end of out that your kernel wrote "
+            "(store only where cols < ROW)",
+        )
 
 
 def test_the_caches_dtype_is_kept(learner):
@@ -107,17 +148,21 @@ def test_the_caches_dtype_is_kept(learner):
 
 
 def test_bad_arguments_are_refused_by_name(learner):
-    """The message names the value at fault: the seq_len the table is too short for, the block that
-    is not in the cache (not only the cache's size), a negative seq_len. The numbers cannot be in it
-    by accident."""
+    """The message names the value at fault: the seq_len the table is too short for, the block
+    that
+    is not in the cache (not only the cache's size), a negative seq_len. The numbers cannot
+    be in it by accident."""
     k_cache = cache(5, 9, 4, 2, 8)
-    error = check_raises(ValueError, learner.gather_k, k_cache, [5, 0], 11,
-                         what="gather_k(k_cache, [5, 0], 11)")
+    error = check_raises(
+        ValueError, learner.gather_k, k_cache, [5, 0], 11, what="gather_k(k_cache, [5, 0], 11)"
+    )
     check_names(error, 11, "the error for a table too short for 11 tokens")
     for table in ([5, 13, 0], [-3, 1, 2]):
         bad = next(b for b in table if not 0 <= b < 9)
         what = f"gather_k(k_cache [9, 4, 2, 8], {table}, 10)"
         error = check_raises(ValueError, learner.gather_k, k_cache, table, 10, what=what)
         check_names(error, bad, f"{what}, for block {bad} of a 9-block cache")
-    error = check_raises(ValueError, learner.gather_k, k_cache, [1], -1, what="gather_k(k_cache, [1], -1)")
+    error = check_raises(
+        ValueError, learner.gather_k, k_cache, [1], -1, what="gather_k(k_cache, [1], -1)"
+    )
     check_names(error, -1, "the error for seq_len -1")

@@ -23,7 +23,8 @@ class BlockPool:
         return len(self.free_ids)
 
     def allocate(self, n: int) -> list[int]:
-        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing allocated."""
+        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing
+        allocated."""
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks")
         if n > len(self.free_ids):  # decide before taking any: all or nothing

@@ -23,7 +23,8 @@ class BlockPool:
         return len(self.free_ids)
 
     def allocate(self, n: int) -> list[int]:
-        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing allocated."""
+        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing
+        allocated."""
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks")
         if n > len(self.free_ids):  # decide before taking any: all or nothing
@@ -45,7 +46,10 @@ class BlockPool:
         """One owner fewer for each block; a block with no owner left is free again."""
         for b, times in Counter(blocks).items():
             if times > self.ref_count(b):
-                raise ValueError(f"block {b} has {self.owners[b]} owner(s) but would be freed {times} time(s)")
+                raise ValueError(
+                    f"block {b} has {self.owners[b]} owner(s) but would be freed {times} "
+                    "time(s)"
+                )
         for b in blocks:
             self.owners[b] -= 1
             if self.owners[b] == 0:
@@ -53,5 +57,7 @@ class BlockPool:
 
     def ref_count(self, block: int) -> int:
         if not (isinstance(block, int) and block < self.num_blocks):
-            raise ValueError(f"{block!r} is not a block id: expected 0 <= id < {self.num_blocks}")
+            raise ValueError(
+                f"{block!r} is not a block id: expected 0 <= id < {self.num_blocks}"
+            )
         return self.owners[block]

@@ -1,4 +1,5 @@
-"""Wrong: releases blocks as it checks them, so a bad block at the end leaves the good ones freed.
+"""Wrong: releases blocks as it checks them, so a bad block at the end leaves the good ones
+freed.
 
 Caught by: test_double_free_raises_naming_the_block_and_changes_nothing.
 """
@@ -23,7 +24,8 @@ class BlockPool:
         return len(self.free_ids)
 
     def allocate(self, n: int) -> list[int]:
-        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing allocated."""
+        """n distinct free blocks with one owner each, or OutOfBlocksError with nothing
+        allocated."""
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks")
         if n > len(self.free_ids):  # decide before taking any: all or nothing
@@ -52,5 +54,7 @@ class BlockPool:
 
     def ref_count(self, block: int) -> int:
         if not (isinstance(block, int) and 0 <= block < self.num_blocks):
-            raise ValueError(f"{block!r} is not a block id: expected 0 <= id < {self.num_blocks}")
+            raise ValueError(
+                f"{block!r} is not a block id: expected 0 <= id < {self.num_blocks}"
+            )
         return self.owners[block]

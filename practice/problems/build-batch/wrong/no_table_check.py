@@ -9,7 +9,8 @@ from minillm.runner import BatchInput
 
 
 def build_batch(items, block_size: int) -> BatchInput:
-    """items: (token_ids, num_computed, block_table, need_logits) per request; token_ids are the new tokens."""
+    """items: (token_ids, num_computed, block_table, need_logits) per request; token_ids are the
+    new tokens."""
     items = [(list(ids), start, list(table), sample) for ids, start, table, sample in items]
     for i, (ids, start, table, _) in enumerate(items):  # every check before any building
         if not ids:
@@ -25,5 +26,13 @@ def build_batch(items, block_size: int) -> BatchInput:
         if sample:
             rows.append(starts[-1] - 1)
     long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731  (empty lists too)
-    return BatchInput(long(input_ids), long(positions), long(slots), starts, seq_lens,
-                      [table for _, _, table, _ in items], long(rows), block_size)
+    return BatchInput(
+        long(input_ids),
+        long(positions),
+        long(slots),
+        starts,
+        seq_lens,
+        [table for _, _, table, _ in items],
+        long(rows),
+        block_size,
+    )

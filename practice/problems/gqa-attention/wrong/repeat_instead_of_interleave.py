@@ -8,9 +8,16 @@ import torch
 from minillm.model import apply_rope  # noqa: F401  (you will need it)
 
 
-def attention_forward(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      num_heads: int, num_kv_heads: int) -> torch.Tensor:
-    """x [B, T, hidden] -> [B, T, hidden]; attn is a minillm.model.Attention, cos/sin are [T, 1, head_dim]."""
+def attention_forward(
+    attn,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
+    """x [B, T, hidden] -> [B, T, hidden]; attn is a minillm.model.Attention, cos/sin are [T, 1,
+    head_dim]."""
     B, T, _ = x.shape
     q = attn.q_proj(x).view(B, T, num_heads, -1)  # [B, T, H, hd]
     head_dim = q.shape[-1]

@@ -8,9 +8,16 @@ import torch
 from minillm.model import apply_rope  # noqa: F401  (you will need it)
 
 
-def attention_forward(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      num_heads: int, num_kv_heads: int) -> torch.Tensor:
-    """x [B, T, hidden] -> [B, T, hidden]; attn is a minillm.model.Attention, cos/sin are [T, 1, head_dim]."""
+def attention_forward(
+    attn,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
+    """x [B, T, hidden] -> [B, T, hidden]; attn is a minillm.model.Attention, cos/sin are [T, 1,
+    head_dim]."""
     B, T, _ = x.shape
     q = attn.q_proj(x).view(B, T, num_heads, -1)  # [B, T, H, hd]
     head_dim = q.shape[-1]
@@ -19,7 +26,9 @@ def attention_forward(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     q = apply_rope(attn.q_norm(q), cos, sin)  # each head normalised, then rotated
     k = apply_rope(attn.k_norm(k), cos, sin)
     group = num_heads // num_kv_heads
-    k = k.repeat_interleave(group, dim=2)  # KV head j serves query heads j*group .. j*group + group-1
+    k = k.repeat_interleave(
+        group, dim=2
+    )  # KV head j serves query heads j*group .. j*group + group-1
     v = v.repeat_interleave(group, dim=2)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, hd]
     scores = q @ k.transpose(-1, -2) / head_dim  # [B, H, T, T]

@@ -1,6 +1,7 @@
-"""Wrong: gives up waiting after three held tokens and releases the "\ufffd": a character spelled in
-four single-byte tokens (valid, but not how the tokenizer splits it) shows "\ufffd" and then never
-appears.
+"""Wrong: gives up waiting after three held tokens and releases the "\ufffd": a character
+spelled in
+four single-byte tokens (valid, but not how the tokenizer splits it) shows "\ufffd" and then
+never appears.
 
 Caught by: test_random_multibyte_texts.
 """
@@ -16,18 +17,18 @@ class IncrementalDetokenizer:
     def add(self, token_id: int) -> str:
         """The new text this token completes (possibly ""); never an unfinished character."""
         self.token_ids.append(token_id)
-        before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        before = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
         waiting = len(self.token_ids) - self.read_offset
         # a character takes 3 tokens at most
         if len(window) <= len(before) or window.endswith("\ufffd") and waiting < 3:
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
-        return window[len(before):]
+        return window[len(before) :]
 
     def flush(self) -> str:
         """The request ended: whatever is still held back, as decode shows it."""
-        before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        before = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
         self.prefix_offset = self.read_offset = len(self.token_ids)
-        return window[len(before):]
+        return window[len(before) :]

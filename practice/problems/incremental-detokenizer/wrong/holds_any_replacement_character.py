@@ -1,4 +1,5 @@
-"""Wrong: holds back while a "\ufffd" appears anywhere in the window, not only at its end: text that
+"""Wrong: holds back while a "\ufffd" appears anywhere in the window, not only at its end: text
+that
 contains a literal "\ufffd" (or bytes that can never become a character) stalls until flush.
 
 Caught by: test_random_multibyte_texts.
@@ -15,16 +16,16 @@ class IncrementalDetokenizer:
     def add(self, token_id: int) -> str:
         """The new text this token completes (possibly ""); never an unfinished character."""
         self.token_ids.append(token_id)
-        before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        before = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
         if len(window) <= len(before) or "\ufffd" in window:  # half a character somewhere: wait
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
-        return window[len(before):]
+        return window[len(before) :]
 
     def flush(self) -> str:
         """The request ended: whatever is still held back, as decode shows it."""
-        before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        before = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
         self.prefix_offset = self.read_offset = len(self.token_ids)
-        return window[len(before):]
+        return window[len(before) :]

@@ -14,16 +14,16 @@ class IncrementalDetokenizer:
     def add(self, token_id: int) -> str:
         """The new text this token completes (possibly ""); never an unfinished character."""
         self.token_ids.append(token_id)
-        before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        before = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
         if True:
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
-        return window[len(before):]
+        return window[len(before) :]
 
     def flush(self) -> str:
         """The request ended: whatever is still held back, as decode shows it."""
-        before = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        window = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        before = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
         self.prefix_offset = self.read_offset = len(self.token_ids)
-        return window[len(before):]
+        return window[len(before) :]

@@ -11,10 +11,10 @@ class IncrementalDetokenizer:
     def add(self, token_id: int) -> str:
         self.token_ids.append(token_id)
         text = self.tokenizer.decode(self.token_ids)
-        new, self.shown = text[len(self.shown):], max(text, self.shown, key=len)
+        new, self.shown = text[len(self.shown) :], max(text, self.shown, key=len)
         return new
 
     def flush(self) -> str:
         text = self.tokenizer.decode(self.token_ids)
-        new, self.shown = text[len(self.shown):], max(text, self.shown, key=len)
+        new, self.shown = text[len(self.shown) :], max(text, self.shown, key=len)
         return new

@@ -5,7 +5,8 @@ Caught by: test_missing_fields_fall_back_to_one_kv_head_per_query_head.
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:
-    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim numbers each."""
+    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim
+    numbers each."""
     kv_heads = config.get("num_key_value_heads") or 8
     head_dim = config.get("head_dim") or 128
     return 2 * config["num_hidden_layers"] * kv_heads * head_dim * bytes_per_element

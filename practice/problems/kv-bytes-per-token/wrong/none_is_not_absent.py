@@ -5,9 +5,16 @@ Caught by: test_missing_fields_fall_back_to_one_kv_head_per_query_head.
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:
-    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim numbers each."""
-    kv_heads = config.get("num_key_value_heads", config["num_attention_heads"])  # absent: no GQA
-    head_dim = config.get("head_dim") if "head_dim" in config else config["hidden_size"] // config["num_attention_heads"]
+    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim
+    numbers each."""
+    kv_heads = config.get(
+        "num_key_value_heads", config["num_attention_heads"]
+    )  # absent: no GQA
+    head_dim = (
+        config.get("head_dim")
+        if "head_dim" in config
+        else config["hidden_size"] // config["num_attention_heads"]
+    )
     return 2 * config["num_hidden_layers"] * kv_heads * head_dim * bytes_per_element
 
 

@@ -5,7 +5,8 @@ Caught by: test_qwen3_06b_costs_112_kib_per_token.
 
 
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:
-    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim numbers each."""
+    """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim
+    numbers each."""
     kv_heads = config["num_attention_heads"]  # absent: no GQA
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     return 2 * config["num_hidden_layers"] * kv_heads * head_dim * bytes_per_element

@@ -9,28 +9,60 @@ from minillm.paged import paged_attention  # noqa: F401  (you will need it)
 
 
 class PagedBackend:
-    """The attention backend of one step over a PagedKVCache: write the new K/V, then attend through the block tables."""
+    """The attention backend of one step over a PagedKVCache: write the new K/V, then attend
+    through the block tables."""
 
-    def __init__(self, kv, block_tables: list[list[int]], seq_lens: list[int], query_start_loc: list[int],
-                 slot_mapping: torch.Tensor):
+    def __init__(
+        self,
+        kv,
+        block_tables: list[list[int]],
+        seq_lens: list[int],
+        query_start_loc: list[int],
+        slot_mapping: torch.Tensor,
+    ):
         self.kv, self.block_tables, self.seq_lens = kv, block_tables, seq_lens
         self.query_start_loc, self.slot_mapping = query_start_loc, slot_mapping
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
         """q [N, H, hd], k, v [N, KV, hd] of the step's new tokens -> [N, H, hd]."""
-        self.kv.write(layer, self.slot_mapping, k, v)  # every new token, first: each sees itself
-        return paged_attention(q, self.kv, layer, self.block_tables, self.seq_lens, self.query_start_loc, scale)
+        self.kv.write(
+            layer, self.slot_mapping, k, v
+        )  # every new token, first: each sees itself
+        return paged_attention(
+            q, self.kv, layer, self.block_tables, self.seq_lens, self.query_start_loc, scale
+        )
 
 
 @torch.no_grad()
 def runner_forward(model, kv, batch) -> torch.Tensor:
-    """model: minillm Transformer; kv: PagedKVCache; batch: BatchInput -> logits [M, vocab] at batch.logits_indices."""
+    """model: minillm Transformer; kv: PagedKVCache; batch: BatchInput -> logits [M, vocab] at
+    batch.logits_indices."""
     rows = []
     for i, (start, end) in enumerate(zip(batch.query_start_loc, batch.query_start_loc[1:])):
-        backend = PagedBackend(kv, [batch.block_tables[i]], [batch.seq_lens[i]], [0, end - start], batch.slot_mapping[start:end])
+        backend = PagedBackend(
+            kv,
+            [batch.block_tables[i]],
+            [batch.seq_lens[i]],
+            [0, end - start],
+            batch.slot_mapping[start:end],
+        )
         picked = [r - start for r in batch.logits_indices.tolist() if start <= r < end]
         if picked:
-            rows.append(model(batch.input_ids[start:end], batch.positions[start:end], backend, logits_indices=picked))
+            rows.append(
+                model(
+                    batch.input_ids[start:end],
+                    batch.positions[start:end],
+                    backend,
+                    logits_indices=picked,
+                )
+            )
         else:
-            model(batch.input_ids[start:end], batch.positions[start:end], backend, logits_indices=[end - start - 1])
+            model(
+                batch.input_ids[start:end],
+                batch.positions[start:end],
+                backend,
+                logits_indices=[end - start - 1],
+            )
     return torch.cat(rows)

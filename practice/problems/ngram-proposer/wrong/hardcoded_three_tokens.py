@@ -4,17 +4,22 @@ Caught by: test_random_contexts_match_the_oracle.
 """
 
 
-def ngram_propose(context: list[int], k: int, prompt_lookup_min: int, prompt_lookup_max: int) -> list[int]:
-    """Up to k tokens after the latest earlier occurrence of the longest suffix of min..max tokens; [] if none."""
+def ngram_propose(
+    context: list[int], k: int, prompt_lookup_min: int, prompt_lookup_max: int
+) -> list[int]:
+    """Up to k tokens after the latest earlier occurrence of the longest suffix of min..max
+    tokens; [] if none."""
     if k < 1:
         raise ValueError(f"k is {k}: expected an int >= 1")
     if prompt_lookup_min < 1:
         raise ValueError(f"prompt_lookup_min is {prompt_lookup_min}: expected an int >= 1")
     if prompt_lookup_max < prompt_lookup_min:
-        raise ValueError(f"prompt_lookup_max is {prompt_lookup_max}: expected >= prompt_lookup_min")
+        raise ValueError(
+            f"prompt_lookup_max is {prompt_lookup_max}: expected >= prompt_lookup_min"
+        )
     L = len(context)
     for n in range(min(prompt_lookup_max, L - 1), prompt_lookup_min - 1, -1):
         for s in range(L - n - 1, -1, -1):
-            if context[s:s + n] == context[L - n:]:
-                return list(context[s + n:s + n + 3])
+            if context[s : s + n] == context[L - n :]:
+                return list(context[s + n : s + n + 3])
     return []

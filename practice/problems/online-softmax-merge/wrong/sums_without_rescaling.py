@@ -1,4 +1,5 @@
-"""Wrong: adds the two sums and weights the outputs by l1 and l2 as they are, as if both sides had the same maximum.
+"""Wrong: adds the two sums and weights the outputs by l1 and l2 as they are, as if both sides
+had the same maximum.
 
 Caught by: test_merging_two_halves_equals_the_whole.
 """
@@ -7,7 +8,8 @@ import torch
 
 
 def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
-    """q [Q, d], k, v [n, d] -> (o [Q, d] normalised over these keys, m [Q] row max, l [Q] sum of exp(s - m))."""
+    """q [Q, d], k, v [n, d] -> (o [Q, d] normalised over these keys, m [Q] row max, l [Q] sum
+    of exp(s - m))."""
     s = q @ k.T * scale  # [Q, n]
     m = s.max(dim=-1).values  # [Q]
     p = torch.exp(s - m[:, None])  # at most 1: no overflow, whatever the scores
@@ -24,11 +26,17 @@ def merge_partials(a, b):
     return (w1[:, None] * o1 + w2[:, None] * o2) / l[:, None], m, l
 
 
-def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, chunk: int) -> torch.Tensor:
-    """softmax(q k^T * scale) v [Q, d], computed chunk keys at a time and merged left to right."""
+def chunked_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, chunk: int
+) -> torch.Tensor:
+    """softmax(q k^T * scale) v [Q, d], computed chunk keys at a time and merged left to
+    right."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk is {chunk!r}: expected an int >= 1")
     state = partial_attention(q, k[:chunk], v[:chunk], scale)
     for start in range(chunk, k.shape[0], chunk):
-        state = merge_partials(state, partial_attention(q, k[start:start + chunk], v[start:start + chunk], scale))
+        state = merge_partials(
+            state,
+            partial_attention(q, k[start : start + chunk], v[start : start + chunk], scale),
+        )
     return state[0]

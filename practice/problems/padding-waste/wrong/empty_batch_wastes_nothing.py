@@ -6,7 +6,9 @@ Caught by: test_empty_batches_and_requests_raise_value_error_naming_them.
 
 def _check(query_lens: list[int]) -> None:
     if query_lens and min(query_lens) < 1:
-        raise ValueError(f"query_lens {query_lens}: expected at least one request, each with >= 1 token")
+        raise ValueError(
+            f"query_lens {query_lens}: expected at least one request, each with >= 1 token"
+        )
 
 
 def padded_tokens(query_lens: list[int]) -> int:

@@ -6,7 +6,9 @@ Caught by: test_random_batches_follow_the_formulas.
 
 def _check(query_lens: list[int]) -> None:
     if not query_lens or min(query_lens) < 1:
-        raise ValueError(f"query_lens {query_lens}: expected at least one request, each with >= 1 token")
+        raise ValueError(
+            f"query_lens {query_lens}: expected at least one request, each with >= 1 token"
+        )
 
 
 def padded_tokens(query_lens: list[int]) -> int:

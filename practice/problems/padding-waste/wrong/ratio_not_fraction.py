@@ -1,4 +1,5 @@
-"""Wrong: returns padded / real - 1, a ratio to the real tokens, not a fraction of the padded work.
+"""Wrong: returns padded / real - 1, a ratio to the real tokens, not a fraction of the padded
+work.
 
 Caught by: test_chapter_mix_wastes_84_percent.
 """
@@ -6,7 +7,9 @@ Caught by: test_chapter_mix_wastes_84_percent.
 
 def _check(query_lens: list[int]) -> None:
     if not query_lens or min(query_lens) < 1:
-        raise ValueError(f"query_lens {query_lens}: expected at least one request, each with >= 1 token")
+        raise ValueError(
+            f"query_lens {query_lens}: expected at least one request, each with >= 1 token"
+        )
 
 
 def padded_tokens(query_lens: list[int]) -> int:

@@ -6,7 +6,9 @@ Caught by: test_random_batches_pad_pack_and_unpack.
 
 def _check(query_lens: list[int]) -> None:
     if not query_lens or min(query_lens) < 1:
-        raise ValueError(f"query_lens {query_lens}: expected at least one request, each with >= 1 token")
+        raise ValueError(
+            f"query_lens {query_lens}: expected at least one request, each with >= 1 token"
+        )
 
 
 def padded_tokens(query_lens: list[int]) -> int:
@@ -39,4 +41,4 @@ def unpack(flat: list[int], query_start_loc: list[int]) -> list[list[int]]:
     """The token lists back from a packed batch."""
     n = len(query_start_loc) - 1
     size = len(flat) // n
-    return [list(flat[i * size:(i + 1) * size]) for i in range(n)]
+    return [list(flat[i * size : (i + 1) * size]) for i in range(n)]

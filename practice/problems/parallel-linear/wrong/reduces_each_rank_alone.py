@@ -25,20 +25,32 @@ def row_shard(weight: torch.Tensor, rank: int, tp_size: int) -> torch.Tensor:
     return _block(weight, 1, rank, tp_size)
 
 
-def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, tp_size: int) -> list[torch.Tensor]:
+def column_parallel_linear(
+    x: torch.Tensor, weight: torch.Tensor, tp_size: int
+) -> list[torch.Tensor]:
     """Each rank's slice [..., out / tp_size] of x @ weight.T; no communication."""
     return [F.linear(x, column_shard(weight, r, tp_size)) for r in range(tp_size)]
 
 
-def row_parallel_linear(x_slices: list[torch.Tensor], weight: torch.Tensor, tp_size: int, all_reduce) -> list[torch.Tensor]:
-    """Each rank's full y [..., out] from its input slice x_slices[r], with one all_reduce of the partials."""
+def row_parallel_linear(
+    x_slices: list[torch.Tensor], weight: torch.Tensor, tp_size: int, all_reduce
+) -> list[torch.Tensor]:
+    """Each rank's full y [..., out] from its input slice x_slices[r], with one all_reduce of
+    the partials."""
     partials = [F.linear(x_slices[r], row_shard(weight, r, tp_size)) for r in range(tp_size)]
     return [all_reduce([p] * tp_size)[0] for p in partials]
 
 
-def tensor_parallel_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
-                        down_weight: torch.Tensor, tp_size: int, all_reduce) -> list[torch.Tensor]:
-    """down(silu(gate(x)) * up(x)) on each rank: gate, up column-parallel, down row-parallel, one all_reduce."""
+def tensor_parallel_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    tp_size: int,
+    all_reduce,
+) -> list[torch.Tensor]:
+    """down(silu(gate(x)) * up(x)) on each rank: gate, up column-parallel, down row-parallel,
+    one all_reduce."""
     gates = column_parallel_linear(x, gate_weight, tp_size)
     ups = column_parallel_linear(x, up_weight, tp_size)
     hidden = [F.silu(g) * u for g, u in zip(gates, ups)]  # rank r's slice of the hidden units

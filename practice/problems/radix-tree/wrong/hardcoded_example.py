@@ -1,4 +1,5 @@
-"""Wrong: keeps a flat list of sequences and counts nodes by a formula that fits only the example.
+"""Wrong: keeps a flat list of sequences and counts nodes by a formula that fits only the
+example.
 
 Caught by: test_random_sequences_match_the_longest_common_prefix.
 """
@@ -18,14 +19,16 @@ class RadixTree:
         return best
 
     def match_prefix(self, token_ids: list[int]) -> int:
-        """Length of the longest cached prefix; splits the node where the match ends inside its key."""
+        """Length of the longest cached prefix; splits the node where the match ends inside its
+        key."""
         n = self._lcp(list(token_ids))
         if 0 < n and all(len(s) > n for s in self.seqs if s[:n] == list(token_ids)[:n]):
             self.splits += 1
         return n
 
     def insert(self, token_ids: list[int]) -> int:
-        """Cache token_ids (what is new becomes one leaf); returns how many tokens were cached already."""
+        """Cache token_ids (what is new becomes one leaf); returns how many tokens were cached
+        already."""
         n = self._lcp(list(token_ids))
         self.seqs.append(list(token_ids))
         return n

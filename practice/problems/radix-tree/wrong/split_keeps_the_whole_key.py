@@ -1,4 +1,5 @@
-"""Wrong: splits a node but leaves the child its whole key, so the split tokens are counted twice.
+"""Wrong: splits a node but leaves the child its whole key, so the split tokens are counted
+twice.
 
 Caught by: test_a_match_that_ends_inside_a_node_splits_it.
 """
@@ -6,7 +7,11 @@ Caught by: test_a_match_that_ends_inside_a_node_splits_it.
 
 class _Node:
     def __init__(self, key: list[int], parent):
-        self.key, self.parent, self.children = key, parent, {}  # children: first token of the child's key -> child
+        self.key, self.parent, self.children = (
+            key,
+            parent,
+            {},
+        )  # children: first token of the child's key -> child
 
 
 class RadixTree:
@@ -14,15 +19,22 @@ class RadixTree:
         self.root = _Node([], None)
 
     def _match(self, token_ids: list[int]):
-        """(matched length, the node where the match ends), splitting a node the match ends inside."""
+        """(matched length, the node where the match ends), splitting a node the match ends
+        inside."""
         node, matched = self.root, 0
         while matched < len(token_ids) and token_ids[matched] in node.children:
             child = node.children[token_ids[matched]]
             n = 0
-            while n < len(child.key) and matched + n < len(token_ids) and child.key[n] == token_ids[matched + n]:
+            while (
+                n < len(child.key)
+                and matched + n < len(token_ids)
+                and child.key[n] == token_ids[matched + n]
+            ):
                 n += 1
             matched += n
-            if n < len(child.key):  # the match ends inside child: its first n tokens become their own node
+            if n < len(
+                child.key
+            ):  # the match ends inside child: its first n tokens become their own node
                 head = _Node(child.key[:n], node)
                 node.children[child.key[0]] = head
                 child.parent = head
@@ -32,11 +44,13 @@ class RadixTree:
         return matched, node
 
     def match_prefix(self, token_ids: list[int]) -> int:
-        """Length of the longest cached prefix; splits the node where the match ends inside its key."""
+        """Length of the longest cached prefix; splits the node where the match ends inside its
+        key."""
         return self._match(list(token_ids))[0]
 
     def insert(self, token_ids: list[int]) -> int:
-        """Cache token_ids (what is new becomes one leaf); returns how many tokens were cached already."""
+        """Cache token_ids (what is new becomes one leaf); returns how many tokens were cached
+        already."""
         token_ids = list(token_ids)
         matched, node = self._match(token_ids)
         if matched < len(token_ids):

@@ -1,4 +1,5 @@
-"""Wrong: seeds a fresh generator for every draw, so the uniform and the residual draw are not the prescribed stream.
+"""Wrong: seeds a fresh generator for every draw, so the uniform and the residual draw are not
+the prescribed stream.
 
 Caught by: test_the_draws_follow_the_prescribed_order.
 """
@@ -6,19 +7,34 @@ Caught by: test_the_draws_follow_the_prescribed_order.
 import torch
 
 
-def rejection_sample(p: torch.Tensor, q: torch.Tensor, draft: list[int], seed: int) -> list[int]:
-    """Tokens to emit: the accepted proposals, then a residual draw (at a rejection) or a bonus draw from p[k]."""
+def rejection_sample(
+    p: torch.Tensor, q: torch.Tensor, draft: list[int], seed: int
+) -> list[int]:
+    """Tokens to emit: the accepted proposals, then a residual draw (at a rejection) or a bonus
+    draw from p[k]."""
     k = len(draft)
-    if p.dim() != 2 or q.dim() != 2 or p.shape[0] != k + 1 or q.shape[0] != k or q.shape[1] != p.shape[1]:
-        raise ValueError(f"p has shape {tuple(p.shape)} and q {tuple(q.shape)} for {k} proposals")
+    if (
+        p.dim() != 2
+        or q.dim() != 2
+        or p.shape[0] != k + 1
+        or q.shape[0] != k
+        or q.shape[1] != p.shape[1]
+    ):
+        raise ValueError(
+            f"p has shape {tuple(p.shape)} and q {tuple(q.shape)} for {k} proposals"
+        )
     out = []
     for j, x in enumerate(draft):
-        u = torch.rand((), generator=torch.Generator().manual_seed(seed + j), dtype=torch.float64)
+        u = torch.rand(
+            (), generator=torch.Generator().manual_seed(seed + j), dtype=torch.float64
+        )
         if u * q[j, x] < p[j, x]:
             out.append(int(x))
             continue
         gen = torch.Generator().manual_seed(seed + j)
         out.append(int(torch.multinomial((p[j] - q[j]).clamp(min=0), 1, generator=gen)))
         return out
-    out.append(int(torch.multinomial(p[k], 1, generator=torch.Generator().manual_seed(seed + k))))
+    out.append(
+        int(torch.multinomial(p[k], 1, generator=torch.Generator().manual_seed(seed + k)))
+    )
     return out

@@ -6,7 +6,9 @@ Caught by: test_tables_for_any_positions_head_dim_and_theta.
 import torch
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     speed = torch.tensor([1.0, 0.1] * (head_dim // 4) + [1.0] * (head_dim // 2 % 2))
     angle = positions.to(torch.float32)[:, None] * speed[None, : head_dim // 2]
     angle = torch.cat([angle, angle], dim=-1)

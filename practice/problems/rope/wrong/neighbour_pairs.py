@@ -6,7 +6,9 @@ Caught by: test_pairs_are_the_two_halves_of_a_head.
 import torch
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     pair = torch.arange(head_dim // 2, dtype=torch.float32)
     angle = positions.to(torch.float32)[:, None] * (theta ** (-2.0 * pair / head_dim))[None, :]
     angle = torch.cat([angle, angle], dim=-1)

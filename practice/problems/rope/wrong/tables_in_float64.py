@@ -6,7 +6,9 @@ Caught by: test_tables_for_any_positions_head_dim_and_theta.
 import torch
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     pair = torch.arange(head_dim // 2, dtype=torch.float64)
     angle = positions.double()[:, None] * (theta ** (-2.0 * pair / head_dim))[None, :]
     angle = torch.cat([angle, angle], dim=-1)

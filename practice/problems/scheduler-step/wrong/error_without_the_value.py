@@ -17,9 +17,11 @@ class Request:
         return self.num_computed_tokens < self.num_prompt_tokens
 
 
-def schedule_step(running: list[Request], waiting: list[Request], token_budget: int,
-                  max_num_seqs: int) -> list[tuple[str, int]]:
-    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting to running."""
+def schedule_step(
+    running: list[Request], waiting: list[Request], token_budget: int, max_num_seqs: int
+) -> list[tuple[str, int]]:
+    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting
+    to running."""
     if token_budget < 1 or max_num_seqs < 1:
         raise ValueError("bad limits")
     plan, budget = [], token_budget

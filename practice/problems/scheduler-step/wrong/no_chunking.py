@@ -17,11 +17,15 @@ class Request:
         return self.num_computed_tokens < self.num_prompt_tokens
 
 
-def schedule_step(running: list[Request], waiting: list[Request], token_budget: int,
-                  max_num_seqs: int) -> list[tuple[str, int]]:
-    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting to running."""
+def schedule_step(
+    running: list[Request], waiting: list[Request], token_budget: int, max_num_seqs: int
+) -> list[tuple[str, int]]:
+    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting
+    to running."""
     if token_budget < 1 or max_num_seqs < 1:
-        raise ValueError(f"token_budget={token_budget}, max_num_seqs={max_num_seqs}: expected both >= 1")
+        raise ValueError(
+            f"token_budget={token_budget}, max_num_seqs={max_num_seqs}: expected both >= 1"
+        )
     plan, budget = [], token_budget
     for r in running:  # 1. one token for every decode, so streams keep flowing
         if not r.is_prefilling and budget > 0:

@@ -1,4 +1,5 @@
-"""Wrong: serves running requests in their order, so a prefill early in the list starves later decodes.
+"""Wrong: serves running requests in their order, so a prefill early in the list starves later
+decodes.
 
 Caught by: test_decodes_are_scheduled_before_prefills.
 """
@@ -17,15 +18,23 @@ class Request:
         return self.num_computed_tokens < self.num_prompt_tokens
 
 
-def schedule_step(running: list[Request], waiting: list[Request], token_budget: int,
-                  max_num_seqs: int) -> list[tuple[str, int]]:
-    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting to running."""
+def schedule_step(
+    running: list[Request], waiting: list[Request], token_budget: int, max_num_seqs: int
+) -> list[tuple[str, int]]:
+    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting
+    to running."""
     if token_budget < 1 or max_num_seqs < 1:
-        raise ValueError(f"token_budget={token_budget}, max_num_seqs={max_num_seqs}: expected both >= 1")
+        raise ValueError(
+            f"token_budget={token_budget}, max_num_seqs={max_num_seqs}: expected both >= 1"
+        )
     plan, budget = [], token_budget
     for r in running:  # decodes and prefills together, in running order
         if budget > 0:
-            n = min(r.num_prompt_tokens - r.num_computed_tokens, budget) if r.is_prefilling else 1
+            n = (
+                min(r.num_prompt_tokens - r.num_computed_tokens, budget)
+                if r.is_prefilling
+                else 1
+            )
             plan.append((r.request_id, n))
             budget -= n
     while waiting and budget > 0 and len(running) < max_num_seqs:  # 3. admit in arrival order

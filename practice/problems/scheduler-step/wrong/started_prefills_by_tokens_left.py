@@ -18,19 +18,25 @@ class Request:
         return self.num_computed_tokens < self.num_prompt_tokens
 
 
-def schedule_step(running: list[Request], waiting: list[Request], token_budget: int,
-                  max_num_seqs: int) -> list[tuple[str, int]]:
-    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting to running."""
+def schedule_step(
+    running: list[Request], waiting: list[Request], token_budget: int, max_num_seqs: int
+) -> list[tuple[str, int]]:
+    """(request_id, num_tokens) for this step; admitted requests move from the front of waiting
+    to running."""
     if token_budget < 1 or max_num_seqs < 1:
-        raise ValueError(f"token_budget={token_budget}, max_num_seqs={max_num_seqs}: expected both >= 1")
+        raise ValueError(
+            f"token_budget={token_budget}, max_num_seqs={max_num_seqs}: expected both >= 1"
+        )
     plan, budget = [], token_budget
     for r in running:  # 1. one token for every decode, so streams keep flowing
         if not r.is_prefilling and budget > 0:
             plan.append((r.request_id, 1))
             budget -= 1
     # 2. prompts already started, the nearest to done first (it starts decoding soonest)
-    started = sorted((r for r in running if r.is_prefilling),
-                     key=lambda r: r.num_prompt_tokens - r.num_computed_tokens)
+    started = sorted(
+        (r for r in running if r.is_prefilling),
+        key=lambda r: r.num_prompt_tokens - r.num_computed_tokens,
+    )
     for r in started:
         if budget > 0:
             n = min(r.num_prompt_tokens - r.num_computed_tokens, budget)

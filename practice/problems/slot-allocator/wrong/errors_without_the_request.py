@@ -11,7 +11,8 @@ class NoFreeSlotError(RuntimeError):
 
 
 class SlotKVCache:
-    """k, v: [max_batch, max_ctx, num_kv_heads, head_dim]; each running request owns one row (its slot)."""
+    """k, v: [max_batch, max_ctx, num_kv_heads, head_dim]; each running request owns one row
+    (its slot)."""
 
     def __init__(self, max_batch: int, max_ctx: int, num_kv_heads: int, head_dim: int):
         self.k = torch.zeros(max_batch, max_ctx, num_kv_heads, head_dim)
@@ -42,8 +43,11 @@ class SlotKVCache:
             raise ValueError("no slot")
         return self.slots[request_id]
 
-    def append(self, request_id, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history [length, kv_heads, head_dim]."""
+    def append(
+        self, request_id, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history
+        [length, kv_heads, head_dim]."""
         slot = self.slot_of(request_id)
         start, end = self.lengths[slot], self.lengths[slot] + k.shape[0]
         if end > self.max_ctx:

@@ -11,7 +11,8 @@ class NoFreeSlotError(RuntimeError):
 
 
 class SlotKVCache:
-    """k, v: [max_batch, max_ctx, num_kv_heads, head_dim]; each running request owns one row (its slot)."""
+    """k, v: [max_batch, max_ctx, num_kv_heads, head_dim]; each running request owns one row
+    (its slot)."""
 
     def __init__(self, max_batch: int, max_ctx: int, num_kv_heads: int, head_dim: int):
         self.k = torch.zeros(max_batch, max_ctx, num_kv_heads, head_dim)
@@ -24,7 +25,9 @@ class SlotKVCache:
     def acquire(self, request_id) -> int:
         """The lowest free slot, empty, now owned by request_id."""
         if request_id in self.slots:
-            raise ValueError(f"request {request_id!r} already holds slot {self.slots[request_id]}")
+            raise ValueError(
+                f"request {request_id!r} already holds slot {self.slots[request_id]}"
+            )
         if None not in self.owner:
             raise NoFreeSlotError(f"all {len(self.owner)} slots are taken")
         slot = self.owner.index(None)
@@ -42,12 +45,18 @@ class SlotKVCache:
             raise ValueError(f"request {request_id!r} holds no slot")
         return self.slots[request_id]
 
-    def append(self, request_id, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history [length, kv_heads, head_dim]."""
+    def append(
+        self, request_id, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history
+        [length, kv_heads, head_dim]."""
         slot = self.slot_of(request_id)
         start, end = self.lengths[slot], self.lengths[slot] + k.shape[0]
         if end > self.max_ctx:
-            raise ValueError(f"request {request_id!r} has {start} tokens; {k.shape[0]} more pass max_ctx={self.max_ctx}")
+            raise ValueError(
+                f"request {request_id!r} has {start} tokens; {k.shape[0]} more pass "
+                f"max_ctx={self.max_ctx}"
+            )
         self.k[slot, start:end], self.v[slot, start:end] = k, v
         self.lengths[slot] = end
         return self.k[slot, :end], self.v[slot, :end]

@@ -9,12 +9,18 @@ def num_blocks_needed(num_tokens: int, block_size: int) -> int:
     return (num_tokens + block_size - 1) // block_size
 
 
-def slot_mapping_for(block_table: list[int], positions: list[int], block_size: int) -> list[int]:
-    """The slot of each position, through the request's block table (ValueError if the table is too short)."""
+def slot_mapping_for(
+    block_table: list[int], positions: list[int], block_size: int
+) -> list[int]:
+    """The slot of each position, through the request's block table (ValueError if the table is
+    too short)."""
     slots = []
     last = list(positions)[-1]
     if last < 0 or last // block_size >= len(block_table):
-        raise ValueError(f"position {last} needs block {last // block_size}, but the block table has {len(block_table)} blocks")
+        raise ValueError(
+            f"position {last} needs block {last // block_size}, but the block table has "
+            f"{len(block_table)} blocks"
+        )
     for p in positions:
         index, offset = divmod(p, block_size)
         slots.append(block_table[index] * block_size + offset)

@@ -11,18 +11,20 @@ class StopMatcher:
         self.stopped = False
 
     def add(self, delta: str) -> tuple[str, bool]:
-        """(text safe to show now, whether a stop string just completed); ("", True) after a stop."""
+        """(text safe to show now, whether a stop string just completed); ("", True) after a
+        stop."""
         if self.stopped:
             return "", True
         text = self.held + delta
-        best = None  # (end, start) of the first stop string to complete: earliest end, then longest
+        # (end, start) of the first stop string to complete: earliest end, then longest
+        best = None
         for s in self.stops:
             i = text.find(s)
             if i >= 0 and (best is None or (i + len(s), i) < best):
                 best = (i + len(s), i)
         if best is not None:
             self.held, self.stopped = "", True
-            return text[:best[1]], True
+            return text[: best[1]], True
         keep = 0
         for s in self.stops:
             for n in range(min(len(s) - 1, len(text)), keep, -1):
@@ -30,8 +32,8 @@ class StopMatcher:
                     keep = n
                     break
         keep = min(len(text), max(len(s) for s in self.stops) - 1)
-        self.held = text[len(text) - keep:]
-        return text[:len(text) - keep], False
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep], False
 
     def flush(self) -> str:
         """The stream ended without a stop string: the held-back text ("" after a stop)."""

@@ -11,11 +11,13 @@ class StopMatcher:
         self.stopped = False
 
     def add(self, delta: str) -> tuple[str, bool]:
-        """(text safe to show now, whether a stop string just completed); ("", True) after a stop."""
+        """(text safe to show now, whether a stop string just completed); ("", True) after a
+        stop."""
         if self.stopped:
             return "", True
         text = self.held + delta
-        best = None  # (end, start) of the first stop string to complete: earliest end, then longest
+        # (end, start) of the first stop string to complete: earliest end, then longest
+        best = None
         for s in self.stops:
             i = delta.find(s)
             i = i + len(self.held) if i >= 0 else i
@@ -23,15 +25,15 @@ class StopMatcher:
                 best = (i + len(s), i)
         if best is not None:
             self.held, self.stopped = "", True
-            return text[:best[1]], True
+            return text[: best[1]], True
         keep = 0
         for s in self.stops:
             for n in range(min(len(s) - 1, len(text)), keep, -1):
                 if text.endswith(s[:n]):
                     keep = n
                     break
-        self.held = text[len(text) - keep:]
-        return text[:len(text) - keep], False
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep], False
 
     def flush(self) -> str:
         """The stream ended without a stop string: the held-back text ("" after a stop)."""

@@ -6,8 +6,12 @@ Caught by: test_half_precision_stays_half_precision.
 import torch
 
 
-def swiglu_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
-               down_weight: torch.Tensor) -> torch.Tensor:
+def swiglu_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+) -> torch.Tensor:
     """x [..., d]; gate_weight, up_weight [inter, d]; down_weight [d, inter] -> [..., d]."""
     x = x.float()
     gate = x @ gate_weight.float().T  # [..., inter]

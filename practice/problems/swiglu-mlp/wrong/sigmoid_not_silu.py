@@ -6,8 +6,12 @@ Caught by: test_silu_is_z_times_sigmoid_z.
 import torch
 
 
-def swiglu_mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
-               down_weight: torch.Tensor) -> torch.Tensor:
+def swiglu_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+) -> torch.Tensor:
     """x [..., d]; gate_weight, up_weight [inter, d]; down_weight [d, inter] -> [..., d]."""
     gate = x @ gate_weight.T  # [..., inter]
     up = x @ up_weight.T

@@ -1,6 +1,7 @@
-"""Wrong: draws the generator's numbers through torch's default generator (loading its state, then
-copying it back): the same tokens, and the generator moves on, but the process's global random state
-is overwritten.
+"""Wrong: draws the generator's numbers through torch's default generator (loading its state,
+then
+copying it back): the same tokens, and the generator moves on, but the process's global random
+state is overwritten.
 
 Caught by: test_draws_follow_torch_multinomial_with_the_seed.
 """
@@ -9,7 +10,8 @@ import torch
 
 
 def top_k_top_p_filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """[B, V] -> a new [B, V] tensor with the cut tokens set to -inf (top-k first, then top-p)."""
+    """[B, V] -> a new [B, V] tensor with the cut tokens set to -inf (top-k first, then
+    top-p)."""
     out = logits
     if 0 < top_k < out.shape[-1]:
         kth = torch.topk(out, top_k, dim=-1).values[:, -1:]  # [B, 1] the k-th largest per row
@@ -19,14 +21,24 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
         ranked = probs.sort(dim=-1, descending=True).values
         mass_before = ranked.cumsum(dim=-1) - ranked  # probability of the more likely tokens
         kept = mass_before < top_p  # a prefix: the crossing token still has mass_before < top_p
-        smallest = ranked.masked_fill(~kept, float("inf")).min(dim=-1, keepdim=True).values  # [B, 1]
-        out = out.masked_fill(probs < smallest, float("-inf"))  # a tie with the crossing token is kept too
+        smallest = (
+            ranked.masked_fill(~kept, float("inf")).min(dim=-1, keepdim=True).values
+        )  # [B, 1]
+        out = out.masked_fill(
+            probs < smallest, float("-inf")
+        )  # a tie with the crossing token is kept too
     return out.clone() if out is logits else out
 
 
-def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
-           generator: torch.Generator) -> torch.Tensor:
-    """One token id per row ([B], torch.long): greedy at temperature 0, else scale, filter, multinomial."""
+def sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """One token id per row ([B], torch.long): greedy at temperature 0, else scale, filter,
+    multinomial."""
     if temperature == 0:
         return logits.argmax(dim=-1)
     probs = top_k_top_p_filter(logits / temperature, top_k, top_p).softmax(dim=-1)

@@ -1,4 +1,5 @@
-"""Wrong: cuts in sorted order, so of two equally likely tokens at the boundary one stays and one goes.
+"""Wrong: cuts in sorted order, so of two equally likely tokens at the boundary one stays and
+one goes.
 
 Caught by: test_top_p_keeps_ties_with_the_crossing_token.
 """
@@ -7,7 +8,8 @@ import torch
 
 
 def top_k_top_p_filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """[B, V] -> a new [B, V] tensor with the cut tokens set to -inf (top-k first, then top-p)."""
+    """[B, V] -> a new [B, V] tensor with the cut tokens set to -inf (top-k first, then
+    top-p)."""
     out = logits
     if 0 < top_k < out.shape[-1]:
         kth = torch.topk(out, top_k, dim=-1).values[:, -1:]  # [B, 1] the k-th largest per row
@@ -16,13 +18,21 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
         probs = out.float().softmax(dim=-1)  # [B, V], what top-k kept, renormalised
         ranked, order = probs.sort(dim=-1, descending=True)
         cut_sorted = ranked.cumsum(dim=-1) - ranked >= top_p
-        out = out.masked_fill(torch.zeros_like(cut_sorted).scatter(-1, order, cut_sorted), float("-inf"))
+        out = out.masked_fill(
+            torch.zeros_like(cut_sorted).scatter(-1, order, cut_sorted), float("-inf")
+        )
     return out.clone() if out is logits else out
 
 
-def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
-           generator: torch.Generator) -> torch.Tensor:
-    """One token id per row ([B], torch.long): greedy at temperature 0, else scale, filter, multinomial."""
+def sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """One token id per row ([B], torch.long): greedy at temperature 0, else scale, filter,
+    multinomial."""
     if temperature == 0:
         return logits.argmax(dim=-1)
     probs = top_k_top_p_filter(logits / temperature, top_k, top_p).softmax(dim=-1)
