@@ -151,21 +151,31 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
     scale = hd**-0.5
     seq_lens = torch.full((B,), L, dtype=torch.long, device=device)
     qsl = torch.arange(B + 1, dtype=torch.long, device=device)
-    run_triton = lambda: triton_paged_attention(
-        q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, qsl, 1, scale
-    )  # noqa: E731
-    run_split = lambda: split_decode_attention(
-        q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale
-    )  # noqa: E731
-    run_torch = lambda: attn.decode(0, q, scale)  # noqa: E731
+
+    def run_triton():
+        return triton_paged_attention(
+            q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, qsl, 1, scale
+        )
+
+    def run_split():
+        return split_decode_attention(
+            q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale
+        )
+
+    def run_torch():
+        return attn.decode(0, q, scale)
+
     k_dense = (
         kv.k[0][attn.block_tables].flatten(1, 2)[:, :L].permute(0, 2, 1, 3).contiguous()
     )  # [B, KV, L, hd]
     v_dense = kv.v[0][attn.block_tables].flatten(1, 2)[:, :L].permute(0, 2, 1, 3).contiguous()
     q4 = q[:, :, None, :]  # [B, H, 1, hd]
-    run_sdpa = lambda: F.scaled_dot_product_attention(
-        q4, k_dense, v_dense, scale=scale, enable_gqa=True
-    )  # noqa: E731
+
+    def run_sdpa():
+        return F.scaled_dot_product_attention(
+            q4, k_dense, v_dense, scale=scale, enable_gqa=True
+        )
+
     want = run_torch().float()
     err_triton = max(
         (run_triton().float() - want).abs().max().item(),

@@ -21,16 +21,16 @@ from pathlib import Path
 import torch
 
 from minillm.checking import as_int, check_int, check_int_list
-from minillm.serving.detokenizer import IncrementalDetokenizer
+from minillm.kernels import attention_backend_class
 from minillm.model import Transformer
-from minillm.outputs import Output, TokenEvent, Timing
+from minillm.outputs import Output, Timing, TokenEvent
 from minillm.paged import DEFAULT_BLOCK_SIZE, BlockPool, PagedKVCache, num_blocks_for
 from minillm.prefix_caching.kv_cache_manager import PrefixCacheStats
 from minillm.prompts import prompt_ids, split_cache_salt, split_prompts
-from minillm.kernels import attention_backend_class
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams, sample, token_logprobs
 from minillm.scheduler import Scheduler, Sequence, StepPlan
+from minillm.serving.detokenizer import IncrementalDetokenizer
 from minillm.spec_decode.speculator import SpecDecodeStats, SpeculativeDecoder, count_step
 
 
@@ -235,7 +235,7 @@ class LLMEngine:
         if self._tp_workers is not None:
             self._tp_workers.close()
 
-    def __enter__(self) -> "LLMEngine":
+    def __enter__(self) -> LLMEngine:
         return self
 
     def __exit__(self, *exc) -> None:

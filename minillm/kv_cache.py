@@ -49,7 +49,7 @@ class KVCache:
         self.length = 0  # tokens stored; the next token's position
 
     @classmethod
-    def for_model(cls, model: Transformer, max_len: int, batch_size: int = 1) -> "KVCache":
+    def for_model(cls, model: Transformer, max_len: int, batch_size: int = 1) -> KVCache:
         cfg, p = model.cfg, model.embed_tokens.weight
         return cls(
             cfg.num_hidden_layers,

@@ -37,7 +37,8 @@ from minillm.parallel.layers import (
     kv_heads_of_rank,
     load_shard,
 )
-from minillm.weights import describe, few as _few, load_safetensors, read_config, short  # noqa: F401 (re-exported)
+from minillm.weights import describe, load_safetensors, read_config, short  # noqa: F401 (re-exported)
+from minillm.weights import few as _few
 
 
 @dataclass
@@ -60,7 +61,7 @@ class ModelConfig:
         return self.head_dim
 
     @classmethod
-    def from_hf(cls, c: dict, source: str = "config.json") -> "ModelConfig":
+    def from_hf(cls, c: dict, source: str = "config.json") -> ModelConfig:
         """From a config.json of transformers 4.x (`rope_theta`) or 5.x (`rope_parameters`).
 
         Every field is checked for type and range, and an error names the field and `source`
@@ -533,7 +534,7 @@ class Transformer(nn.Module):
         dtype: torch.dtype = torch.float32,
         device="cpu",
         tp: TensorParallelGroup | None = None,
-    ) -> "Transformer":
+    ) -> Transformer:
         """Load a Hugging Face Qwen3 or Llama checkpoint folder (config.json + safetensors,
         sharded
         or not).

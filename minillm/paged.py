@@ -133,7 +133,7 @@ class PagedKVCache:
         ]
 
     @classmethod
-    def for_model(cls, model: Transformer, num_blocks: int, block_size: int) -> "PagedKVCache":
+    def for_model(cls, model: Transformer, num_blocks: int, block_size: int) -> PagedKVCache:
         """A cache shaped for `model`, in its dtype and on its device."""
         cfg, w = model.cfg, model.embed_tokens.weight
         kv_heads = getattr(

@@ -22,7 +22,6 @@ import torch
 
 from minillm.checking import check_float, check_int, check_int_list
 
-
 GREEDY_BELOW = (
     1e-5  # vLLM's threshold: a temperature below it samples greedily (the limit T -> 0)
 )

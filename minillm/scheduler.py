@@ -54,7 +54,7 @@ class Sequence:
     # first (no context)
     prompt_logprobs: list = field(default_factory=list)
     logprobs: list = field(default_factory=list)  # params.logprobs: the same per sampled token
-    fork_of: "Sequence | None" = (
+    fork_of: Sequence | None = (
         None  # n > 1: the first of the n, whose prompt blocks this one shares
     )
 
@@ -359,7 +359,7 @@ class Scheduler:
         roll
         num_computed back to the accepted tokens, free blocks past them. True if seq
         finished."""
-        for j, token in enumerate(tokens):
+        for j, token in enumerate(tokens):  # noqa: B007 (j, the last appended, is read below)
             if seq.append_output(as_int(token)):
                 break
         # K/V are right for the last token and the accepted proposals: positions < num_computed

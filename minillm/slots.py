@@ -50,7 +50,7 @@ class SlotKVCache:
         self.free_slots = list(range(max_batch))  # lowest first, so runs are reproducible
 
     @classmethod
-    def for_model(cls, model: Transformer, max_batch: int, max_ctx: int) -> "SlotKVCache":
+    def for_model(cls, model: Transformer, max_batch: int, max_ctx: int) -> SlotKVCache:
         cfg, p = model.cfg, model.embed_tokens.weight
         return cls(
             cfg.num_hidden_layers,
@@ -100,7 +100,7 @@ class SlotKVCache:
             )
         return self.request_to_slot[request_id]
 
-    def view(self, request_id) -> "SlotView":
+    def view(self, request_id) -> SlotView:
         """The request's slot seen as a one-sequence cache, which `Transformer.forward`
         accepts."""
         return SlotView(self, self.slot_of(request_id))

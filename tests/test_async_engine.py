@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from minillm.serving.async_engine import AsyncEngine
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
+from minillm.serving.async_engine import AsyncEngine
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minillm.bench import throughput as bench
 from minillm.bench import floor as bench_floor
 from minillm.bench import mixed as bench_mixed
+from minillm.bench import throughput as bench
 from minillm.model import ModelConfig, Transformer, linear, pack_for_cpu
 
 
@@ -44,7 +44,7 @@ def test_every_row_count_runs_onednn_on_the_packed_weight():
     w = torch.nn.Parameter(torch.randn(64, 32))
     assert "mkldnn::_reorder_linear_weight" in count_ops(lambda: linear(torch.randn(1, 32), w))
     for rows in (1, 4, 16):
-        ops = count_ops(lambda: linear(torch.randn(rows, 32), w))
+        ops = count_ops(lambda rows=rows: linear(torch.randn(rows, 32), w))
         assert ops.get(ONEDNN_LINEAR) == 1, ops
         assert "aten::linear" not in ops and "aten::mm" not in ops, ops
         assert (
@@ -228,7 +228,7 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
     assert all(
         f[form]["ms"] > 0 for f in forms for form in ("F.linear", "weight @ x.T", "packed")
     )
-    for rows, table in result["profiles"].items():  # a profile only where an aim was missed
+    for _rows, table in result["profiles"].items():  # a profile only where an aim was missed
         assert "aten::" in table and "Self CPU" in table
 
 

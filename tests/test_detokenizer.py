@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minillm import engine as engine_module
-from minillm.serving.detokenizer import IncrementalDetokenizer
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
+from minillm.serving.detokenizer import IncrementalDetokenizer
 
 TEXT = "Hello 🦜, 龘 and 𪚥!"
 SPLIT = ["🦜", "龘", "𪚥"]  # characters the tokenizer cuts into byte pieces

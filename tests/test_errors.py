@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from minillm.model import Transformer
 from minillm.checks.reference import hf_logits
+from minillm.model import Transformer
 
 
 @pytest.fixture

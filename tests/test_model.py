@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from minillm.model import RMSNorm, Transformer, apply_rope, causal_attention, rope_cos_sin
 from minillm.checks.reference import hf_generate, hf_logits
+from minillm.model import RMSNorm, Transformer, apply_rope, causal_attention, rope_cos_sin
 
 # Each config changes something the others do not: tied vs untied head, 1 / 2 / 4 KV heads (MQA,
 # GQA, MHA), head_dim 16 vs 32 (with heads * head_dim != hidden), 1 to 3 layers, two RoPE

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from minillm.checks.mixed_batch import FP32_THRESHOLD
+from minillm.checks.tensor_parallel import mixed_steps, pool_blocks, tp_mixed_batch_check
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import PagedKVCache
@@ -32,10 +33,9 @@ from minillm.parallel.layers import (
     shard_range,
     weight_bytes,
 )
+from minillm.parallel.workers import TensorParallelError
 from minillm.runner import ModelRunner
 from minillm.sampling import SamplingParams
-from minillm.checks.tensor_parallel import mixed_steps, pool_blocks, tp_mixed_batch_check
-from minillm.parallel.workers import TensorParallelError
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minillm.checks.reference import hf_generate
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
-from minillm.checks.reference import hf_generate
 from minillm.runner import build_batch
 from minillm.sampling import SamplingParams
 

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minillm.prefix_caching.simulator import make_traffic, simulate_blocks, simulate_radix
 from minillm.prefix_caching.radix_cache import RadixCache
+from minillm.prefix_caching.simulator import make_traffic, simulate_blocks, simulate_radix
 
 
 def test_match_ends_inside_a_node_and_splits_it():

@@ -7,8 +7,8 @@ residual fails the same test."""
 import pytest
 import torch
 
-from minillm.spec_decode.rejection_sampler import greedy_verify, rejection_sample, target_probs
 from minillm.sampling import SamplingParams, sample
+from minillm.spec_decode.rejection_sampler import greedy_verify, rejection_sample, target_probs
 
 # Chi-square critical values at significance 0.001 (upper tail), from the standard table.
 CHI2_CRIT_001 = {3: 16.266, 15: 37.697}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minillm.engine import LLMEngine
 from minillm.checks.reference import hf_logits
+from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams, apply_min_p, apply_penalties
 
 PROMPT = [

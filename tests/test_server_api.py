@@ -13,10 +13,10 @@ import openai
 import pytest
 import torch
 
-from minillm.engine import LLMEngine
-from minillm.checks.reference import hf_logits
-from minillm.sampling import SamplingParams
 from minillm.bench.server_process import LaunchedServer
+from minillm.checks.reference import hf_logits
+from minillm.engine import LLMEngine
+from minillm.sampling import SamplingParams
 
 KEY = "key-api"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -194,7 +194,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_blocks(server, client, n
         extra_body={"ignore_eos": True},
     )
     got = 0
-    for chunk in stream:
+    for _chunk in stream:
         got += 1
         if got == 5:
             break

@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from minillm.checkpoints import load_tokenizer, resolve_model
+from minillm.checkpoints import load_tokenizer, resolve_model, smollm2
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams
-from minillm.checkpoints import smollm2
 
 QUESTIONS = [
     "What is the capital of France? Answer in one sentence.",

@@ -9,10 +9,10 @@ import random
 import pytest
 import torch
 
+from minillm.checks.reference import hf_generate
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
-from minillm.checks.reference import hf_generate
 from minillm.runner import build_batch
 from minillm.sampling import SamplingParams
 from minillm.spec_decode.speculator import ngram_propose, truncated_draft

@@ -56,7 +56,7 @@ def feed(stops, chunks) -> tuple[str, bool, list[str]]:
 
 def test_every_chunking_gives_the_reference_answer():
     rng = random.Random(8)
-    for trial in range(600):
+    for _trial in range(600):
         text = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 30)))
         stops = [
             "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 4)))

@@ -304,7 +304,8 @@ class NoTriton(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r}")
 sys.meta_path.insert(0, NoTriton())
 import importlib.util
-importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] == "triton" else _find(name, *a)
+importlib.util.find_spec = lambda name, *a: (
+    None if name.split(".")[0] == "triton" else _find(name, *a))
 """
 
 

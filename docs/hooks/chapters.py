@@ -181,7 +181,10 @@ def exercises_markdown(root: Path) -> str:
     command."""
     problems = sorted(read_problems(root), key=_book_order)
     if not problems:
-        return "*No exercises yet: they appear here as `practice/problems/<slug>/problem.md` files are added.*"
+        return (
+            "*No exercises yet: they appear here as `practice/problems/<slug>/problem.md` "
+            "files are added.*"
+        )
     titles = {nb.stem: notebook_title(nb) for nb in chapter_notebooks(root)}
     parts = []
     chapter = None

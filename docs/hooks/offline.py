@@ -58,7 +58,8 @@ WIDGET_SCRIPTS = """<script src="{require_js}"></script>
   // Widget modules fetch their icon fonts next to their own URL: make that the vendored folder.
   window.__jupyter_widgets_assets_path__ = new URL("{assets}", document.baseURI).href;
   require.config({{baseUrl: window.__jupyter_widgets_assets_path__,
-                  paths: {{"@jupyter-widgets/html-manager/dist": ".", "@jupyter-widgets": "."}}}});
+                  paths: {{"@jupyter-widgets/html-manager/dist": ".",
+                           "@jupyter-widgets": "."}}}});
 </script>
 <script src="{embed_amd}"></script>
 """

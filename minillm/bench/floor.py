@@ -78,7 +78,8 @@ def step_times(
         runner, batch = decode_batch(model, rows, context, block_size)
         runner.forward(batch)  # warm-up: allocations, kernel choice
         seconds = statistics.median(
-            _seconds(lambda: runner.forward(batch)) for _ in range(repeats)
+            _seconds(lambda runner=runner, batch=batch: runner.forward(batch))
+            for _ in range(repeats)
         )
         out.append(dict(rows=rows, ms=seconds * 1e3))
     return out
@@ -159,7 +160,9 @@ def measure_floor(
     pairs = []
     for _ in range(floor_rounds):
         bandwidth = stream_bandwidth(repeats=3)
-        forward_s = statistics.median(_seconds(lambda: runner.forward(batch)) for _ in range(3))
+        forward_s = statistics.median(
+            _seconds(lambda runner=runner, batch=batch: runner.forward(batch)) for _ in range(3)
+        )
         pairs.append((bandwidth, forward_s))
     bandwidth = statistics.median(b for b, _ in pairs)
     forward_ms = statistics.median(f for _, f in pairs) * 1e3

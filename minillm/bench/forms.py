@@ -69,7 +69,7 @@ def form_times(
                             raise AssertionError(
                                 f"{form} differs from F.linear by {err:.2e} on {name}"
                             )
-                        s = best_seconds(lambda: fn(x, w), budget_s)
+                        s = best_seconds(lambda fn=fn, x=x, w=w: fn(x, w), budget_s)
                         row[form] = dict(ms=s * 1e3, gb_per_s=gb / s)
                     out.append(row)
     finally:

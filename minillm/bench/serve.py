@@ -194,12 +194,14 @@ def print_summary(rate: float, concurrency: int, row: dict, offline: dict | None
         )
     if "engine_steps" in row:
         print(
-            f"{'engine steps, median step (ms):':<36}{row['engine_steps']:>12}{row['engine_step_ms_p50']:>9.1f}"
+            f"{'engine steps, median step (ms):':<36}{row['engine_steps']:>12}"
+            f"{row['engine_step_ms_p50']:>9.1f}"
             f"   (busy {row['engine_busy']:.0%} of the run)"
         )
         if offline is not None:
             print(
-                f"{'  offline engine:':<36}{offline['engine_steps']:>12}{offline['engine_step_ms_p50']:>9.1f}"
+                f"{'  offline engine:':<36}{offline['engine_steps']:>12}"
+                f"{offline['engine_step_ms_p50']:>9.1f}"
             )
     print(f"{'total token throughput (tok/s):':<36}{row['total_token_throughput']:>12.1f}")
     for name, title in (

@@ -55,7 +55,7 @@ class LaunchedServer:
         )
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def wait_ready(self, timeout: float = 120.0) -> "LaunchedServer":
+    def wait_ready(self, timeout: float = 120.0) -> LaunchedServer:
         import httpx
 
         deadline = time.monotonic() + timeout

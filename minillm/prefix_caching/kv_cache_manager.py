@@ -25,8 +25,8 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from minillm.checking import check_int
 from minillm.paged import BlockPool, num_blocks_for
@@ -136,7 +136,7 @@ class PrefixCacheStats:
         if seq.num_cached_tokens is None:
             seq.num_cached_tokens = num_hit
 
-    def add(self, other: "PrefixCacheStats") -> None:
+    def add(self, other: PrefixCacheStats) -> None:
         for name in (
             "num_queries",
             "num_query_tokens",

@@ -37,9 +37,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from minillm.serving.detokenizer import IncrementalDetokenizer
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
+from minillm.serving.detokenizer import IncrementalDetokenizer
 from minillm.serving.stop_strings import StopStringMatcher
 
 
@@ -94,7 +94,7 @@ class RequestStream:
     """An async iterator over one request's deltas; `aclose`/`abort` tells the engine to stop
     it."""
 
-    def __init__(self, front: "AsyncEngine", request_id: str, out: asyncio.Queue):
+    def __init__(self, front: AsyncEngine, request_id: str, out: asyncio.Queue):
         self.front, self.request_id, self.out = front, request_id, out
         self.finished = False
 

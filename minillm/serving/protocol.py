@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -95,30 +95,30 @@ class SamplingFields(BaseModel):
     """The fields completions and chat completions share."""
 
     model_config = ConfigDict(extra="allow")
-    model: Optional[StrictStr] = None  # optional: this server serves one model
-    max_tokens: Optional[StrictInt] = Field(None, ge=0)
-    max_completion_tokens: Optional[StrictInt] = Field(
+    model: StrictStr | None = None  # optional: this server serves one model
+    max_tokens: StrictInt | None = Field(None, ge=0)
+    max_completion_tokens: StrictInt | None = Field(
         None, ge=1
     )  # chat's newer name for max_tokens
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
-    top_k: Optional[StrictInt] = Field(
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: StrictInt | None = Field(
         None, ge=0
     )  # vLLM's extension; 0 (and OpenAI's absence) keeps all
-    min_p: Optional[float] = Field(None, ge=0, le=1)
-    presence_penalty: Optional[float] = Field(None, ge=-2, le=2)
-    frequency_penalty: Optional[float] = Field(None, ge=-2, le=2)
-    repetition_penalty: Optional[float] = Field(None, gt=0, le=2)
-    logit_bias: Optional[dict[str, float]] = None
-    seed: Optional[StrictInt] = Field(None, ge=0)
-    stop: Optional[Union[StrictStr, conlist(StrictStr, max_length=16)]] = None
-    stop_token_ids: Optional[list[StrictInt]] = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    logit_bias: dict[str, float] | None = None
+    seed: StrictInt | None = Field(None, ge=0)
+    stop: StrictStr | conlist(StrictStr, max_length=16) | None = None
+    stop_token_ids: list[StrictInt] | None = None
     ignore_eos: StrictBool = False
     stream: StrictBool = False
-    stream_options: Optional[StreamOptions] = None
+    stream_options: StreamOptions | None = None
     n: StrictInt = Field(1, ge=1, le=64)
     return_token_ids: StrictBool = False
-    cache_salt: Optional[StrictStr] = Field(
+    cache_salt: StrictStr | None = Field(
         None, min_length=1
     )  # vLLM's: only equal salts share cached blocks
 
@@ -185,9 +185,14 @@ class SamplingFields(BaseModel):
             if max_tokens is not None
             else defaults.max_tokens
         )
-        pick = lambda name: (
-            getattr(self, name) if getattr(self, name) is not None else getattr(defaults, name)
-        )  # noqa
+
+        def pick(name):  # the request's value, else the checkpoint's default
+            return (
+                getattr(self, name)
+                if getattr(self, name) is not None
+                else getattr(defaults, name)
+            )
+
         return SamplingParams(
             max_tokens=max(1, max_tokens),
             temperature=pick("temperature"),
@@ -244,7 +249,7 @@ class CompletionRequest(SamplingFields):
     # OpenAI's four forms, kept as a list of prompts: each a string or a list of token ids
     prompt: Any
     echo: StrictBool = False
-    logprobs: Optional[StrictInt] = Field(None, ge=0, le=MAX_LOGPROBS)
+    logprobs: StrictInt | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -275,7 +280,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "developer"]
     content: Any = None
-    name: Optional[StrictStr] = None
+    name: StrictStr | None = None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -304,18 +309,18 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: conlist(ChatMessage, min_length=1)
-    max_tokens: Optional[StrictInt] = Field(None, ge=1)
-    logprobs: Optional[StrictBool] = False
-    top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=MAX_LOGPROBS)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    logprobs: StrictBool | None = False
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
 class TokenizeRequest(BaseModel):
     """vLLM's /tokenize: a prompt, or chat messages (through the chat template)."""
 
     model_config = ConfigDict(extra="allow")
-    model: Optional[StrictStr] = None
-    prompt: Optional[StrictStr] = None
-    messages: Optional[conlist(ChatMessage, min_length=1)] = None
+    model: StrictStr | None = None
+    prompt: StrictStr | None = None
+    messages: conlist(ChatMessage, min_length=1) | None = None
     add_special_tokens: StrictBool = True
     add_generation_prompt: StrictBool = True
 
@@ -328,7 +333,7 @@ class TokenizeRequest(BaseModel):
 
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
-    model: Optional[StrictStr] = None
+    model: StrictStr | None = None
     tokens: list[StrictInt]
 
 

@@ -54,12 +54,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
 from starlette.responses import Response
 
 from minillm import __version__
-from minillm.serving.async_engine import AsyncEngine
 from minillm.engine import LLMEngine, child_params
+from minillm.prompts import prompt_ids
+from minillm.serving.async_engine import AsyncEngine
+from minillm.serving.metrics import ServerMetrics
 from minillm.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -79,8 +80,6 @@ from minillm.serving.protocol import (
     usage_chunk,
     validation_error,
 )
-from minillm.prompts import prompt_ids
-from minillm.serving.metrics import ServerMetrics
 
 OPEN_PATHS = (
     "/health",

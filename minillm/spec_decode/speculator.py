@@ -35,9 +35,9 @@ from torch import nn
 from minillm.checking import check_int
 from minillm.model import Transformer
 from minillm.paged import PagedKVCache
-from minillm.spec_decode.rejection_sampler import target_probs, verify
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import sample, step_seed
+from minillm.spec_decode.rejection_sampler import target_probs, verify
 
 METHODS = ("ngram", "draft_model")
 CONFIG_KEYS = {

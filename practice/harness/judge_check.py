@@ -133,7 +133,11 @@ def _print_run(outcome) -> int:
     mode = outcome.sandbox.get("mode")
     print(
         "\nThe code under test ran in "
-        f"{'a namespace sandbox (read-only files, own PIDs)' if mode == 'namespaces' else 'separate processes'}"
+        + (
+            "a namespace sandbox (read-only files, own PIDs)"
+            if mode == "namespaces"
+            else "separate processes"
+        )
         + (f" ({outcome.sandbox.get('why')})" if outcome.sandbox.get("why") else "")
         + "."
     )

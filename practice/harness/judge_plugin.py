@@ -22,11 +22,10 @@ import re
 from pathlib import Path
 
 import pytest
-
 import remote
-from verdicts import describe_failure, skip_reason
 from learners import RemoteLearner, Zygote
 from protocol import (
+    DEFAULT_TIMEOUT,
     EVENTS_FD_ENV,
     FILE_ENV,
     KEY_FD_ENV,
@@ -34,10 +33,10 @@ from protocol import (
     SOLUTION,
     TARGETS_ENV,
     TIMEOUT_ENV,
-    DEFAULT_TIMEOUT,
     WRONG_DIR,
     import_timeout,
 )
+from verdicts import describe_failure, skip_reason
 
 
 class Events:

@@ -73,7 +73,7 @@ class Outcome:
             if r["problem"] == slug and (target is None or r.get("target") == target)
         ]
 
-    def merge(self, other: "Outcome") -> None:
+    def merge(self, other: Outcome) -> None:
         self.collected += other.collected
         self.results += other.results
         self.problems += other.problems

@@ -115,7 +115,7 @@ class Snapshot:
         kept = {str(Path(rel).parent) for rel in self.files}
         kept |= {str(p) for rel in kept for p in Path(rel).parents}
         for top in TRUSTED_DIRS:  # folders the reader's code created, now empty
-            for folder, dirs, _ in os.walk(root / top, topdown=False):
+            for folder, _dirs, _ in os.walk(root / top, topdown=False):
                 rel = Path(folder).relative_to(root).as_posix()
                 if (
                     rel not in kept

@@ -14,9 +14,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import judge_plugin
+import pytest
 from grading import share
 
 TINY = dict(

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minillm.checkpoints import TINY_CONFIG
-from minillm.slots import reserved_kv_bytes
 from minillm.notebook.widgets.live import GiB, fmt_bytes, fmt_int
+from minillm.slots import reserved_kv_bytes
 
 TINY_MODEL = "this book's tiny Qwen3"
 MODELS = {  # name: (layers that keep a full-length cache, KV heads on one GPU, head_dim)

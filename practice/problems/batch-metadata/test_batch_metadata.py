@@ -5,7 +5,6 @@ definitions, and errors that name the request's bad value."""
 import random
 
 import pytest
-
 from grading import check_equal, check_names, check_raises, fail
 
 FIELDS = ["query_start_loc", "seq_lens", "positions", "logits_indices"]

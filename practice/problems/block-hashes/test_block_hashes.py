@@ -6,6 +6,7 @@ longest-shared-prefix oracle."""
 import random
 
 from grading import check_equal
+
 from minillm.prefix_caching.kv_cache_manager import hash_block_tokens, hash_request_tokens
 
 

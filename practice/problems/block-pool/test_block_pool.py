@@ -5,7 +5,6 @@ change nothing; then random workloads on pools of any size against a model of th
 import random
 
 import pytest
-
 from grading import check_equal, check_names, check_raises, fail
 
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 import torch
-
 from grading import check_close, check_equal, check_names, check_raises, fail
+
 from minillm.paged import PagedKVCache
 from minillm.runner import BatchInput, ModelRunner, build_batch
 

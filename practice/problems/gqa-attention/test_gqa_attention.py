@@ -7,8 +7,8 @@ run."""
 import pytest
 import torch
 import torch.nn.functional as F
-
 from grading import check_close, check_equal, check_shape, fail
+
 from minillm.model import Attention, ModelConfig, apply_rope, rope_cos_sin
 
 
@@ -85,7 +85,10 @@ def test_matches_the_reference_for_any_grouping(learner, case):
     x = torch.randn(B, T, hidden, generator=torch.Generator().manual_seed(100 + case))
     cos, sin = tables(T, head_dim, theta)
     got = run(learner, attn, x, cos, sin, heads, kv_heads)
-    what = f"attention_forward(x [{B}, {T}, {hidden}]) with {heads} query heads, {kv_heads} KV heads of {head_dim}"
+    what = (
+        f"attention_forward(x [{B}, {T}, {hidden}]) with {heads} query heads, "
+        f"{kv_heads} KV heads of {head_dim}"
+    )
     check_close(got, reference(attn, x, cos, sin, heads, kv_heads), what, atol=1e-5)
 
 

@@ -6,7 +6,6 @@ j"."""
 import random
 
 import pytest
-
 from grading import check_equal, share
 
 PIECES = [

@@ -4,7 +4,6 @@ attention backend of minillm's Transformer, and generate's model calls counted o
 
 import pytest
 import torch
-
 from grading import (
     check_close,
     check_equal,
@@ -15,6 +14,7 @@ from grading import (
     share,
     storage,
 )
+
 from minillm.kv_cache import forward_cached, generate_without_cache
 from minillm.model import causal_attention
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 import torch
-
 from grading import check_close, check_equal, defined_in, fail, share
+
 from minillm.paged import PagedKVCache, paged_attention
 from minillm.runner import ModelRunner, build_batch
 

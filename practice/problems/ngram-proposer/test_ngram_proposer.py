@@ -74,7 +74,7 @@ def test_random_contexts_match_the_oracle(learner):
     """Random vocabularies (2 to 1000 tokens, small ones repeat a lot), lengths 0 to 60, k 1 to
     8, windows 1 to 5."""
     rng = random.Random(11)
-    for case in range(200):
+    for _case in range(200):
         vocab = rng.choice([2, 3, 5, 20, 1000])
         ctx = [rng.randrange(vocab) for _ in range(rng.randint(0, 60))]
         k, lo = rng.randint(1, 8), rng.randint(1, 4)

@@ -6,7 +6,6 @@ chunk sizes."""
 import random
 
 import torch
-
 from grading import check_close, check_names, check_raises
 
 

@@ -5,7 +5,6 @@ size and length, with the caller's lists left as they were."""
 import random
 
 import pytest
-
 from grading import check_equal, check_names, check_raises, fail
 
 CHAPTER_MIX = [2000, 512, 1, 1, 1, 1, 1, 1]

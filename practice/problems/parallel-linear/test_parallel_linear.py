@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-
 from grading import check_close, check_equal, check_names, check_raises, fail, share
+
 from minillm.parallel.collectives import GlooAllReduce
 
 

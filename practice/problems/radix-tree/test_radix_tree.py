@@ -6,6 +6,7 @@ minillm.prefix_caching.radix_cache.RadixCache and a brute-force oracle."""
 import random
 
 from grading import check_equal
+
 from minillm.prefix_caching.radix_cache import RadixCache
 
 

@@ -6,7 +6,6 @@ draw, the emitted distribution equal to the target's (a chi-square test at signi
 import random
 
 import torch
-
 from grading import check_equal, check_raises, global_random_state
 
 CHI2_CRIT_001_DOF3 = (

@@ -3,8 +3,8 @@ hand."""
 
 import pytest
 import torch
-
 from grading import check_close, check_rounding
+
 from minillm.model import RMSNorm
 
 

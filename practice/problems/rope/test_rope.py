@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-
 from grading import check_close, check_equal
+
 from minillm.model import apply_rope, rope_cos_sin
 
 
@@ -144,7 +144,7 @@ def test_scores_depend_only_on_the_distance(learner):
         cos, sin = learner.rope_cos_sin(torch.tensor([3, 10, 11, 40]) + shift, 16, 10_000.0)
         rq = learner.apply_rope(q, cos[:, None, :], sin[:, None, :])
         rk = learner.apply_rope(k, cos[:, None, :], sin[:, None, :])
-        scores.append((rq[:, 0] @ rk[:, 0].T))
+        scores.append(rq[:, 0] @ rk[:, 0].T)
     check_close(scores[1], scores[0], "q . k after shifting every position by 1000", atol=2e-3)
 
 

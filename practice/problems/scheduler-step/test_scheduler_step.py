@@ -6,7 +6,6 @@ message."""
 import random
 
 import pytest
-
 from grading import check_equal, check_names, check_raises, fail
 
 MAY_CHANGE_IN_PLACE = {
@@ -219,7 +218,10 @@ def random_steps(learner, seed=0, cases=50):
         running = [learner.Request(*s) for s in specs]
         waiting = [learner.Request(*s) for s in waiting_specs]
         before_running, before_waiting = list(running), list(waiting)
-        state = f"case {case}: running {specs}, waiting {waiting_specs}, budget {budget}, max_num_seqs {cap}"
+        state = (
+            f"case {case}: running {specs}, waiting {waiting_specs}, budget {budget}, "
+            f"max_num_seqs {cap}"
+        )
         plan = learner.schedule_step(running, waiting, budget, cap)
         if not isinstance(plan, list) or not all(
             isinstance(p, tuple) and len(p) == 2 for p in plan
@@ -236,7 +238,7 @@ def random_steps(learner, seed=0, cases=50):
 
 def test_random_states_never_exceed_the_budget(learner):
     """The tokens of a step add up to at most token_budget."""
-    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+    for state, *_, budget, _cap, plan, _running, _waiting, _left in random_steps(learner):
         if sum(n for _, n in plan) > budget:
             fail(
                 f"{state}: plan {plan} schedules {sum(n for _, n in plan)} tokens > "
@@ -246,14 +248,14 @@ def test_random_states_never_exceed_the_budget(learner):
 
 def test_random_states_have_no_zero_token_entry(learner):
     """Every entry computes at least one token."""
-    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+    for state, *_, _budget, _cap, plan, _running, _waiting, _left in random_steps(learner):
         if any(n < 1 for _, n in plan):
             fail(f"{state}: plan {plan} has an entry with fewer than 1 token")
 
 
 def test_random_states_list_each_request_once(learner):
     """A request appears at most once in a step's plan."""
-    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+    for state, *_, _budget, _cap, plan, _running, _waiting, _left in random_steps(learner):
         names = [rid for rid, _ in plan]
         if len(set(names)) != len(names):
             fail(
@@ -264,7 +266,7 @@ def test_random_states_list_each_request_once(learner):
 
 def test_random_states_schedule_decodes_first_with_one_token_each(learner):
     """Decodes (prompt done) come first, in running order, with exactly 1 token each."""
-    for state, before_running, _, budget, cap, plan, running, waiting, left in random_steps(
+    for state, before_running, _, _budget, _cap, plan, _running, _waiting, left in random_steps(
         learner
     ):
         decodes = [rid for rid, n in plan if left[rid] <= 0]
@@ -279,7 +281,7 @@ def test_random_states_schedule_decodes_first_with_one_token_each(learner):
 
 def test_random_states_chunk_prefills_to_what_is_left(learner):
     """A prefill gets min(prompt tokens left, budget left): never more than its prompt needs."""
-    for state, *_, budget, cap, plan, running, waiting, left in random_steps(learner):
+    for state, *_, budget, _cap, plan, _running, _waiting, left in random_steps(learner):
         spent = 0
         for rid, n in plan:
             if left[rid] > 0 and n != min(left[rid], budget - spent):
@@ -295,7 +297,7 @@ def test_random_states_serve_started_prefills_in_running_order(learner):
     """Started prefills go in running order: when two compete for the budget, the earlier one in
     running gets its tokens first, and a later one only what is left (never the other way
     round)."""
-    for state, before_running, _, budget, cap, plan, _, _, left in random_steps(learner):
+    for state, before_running, _, _budget, _cap, plan, _, _, left in random_steps(learner):
         started = [r.request_id for r in before_running if left[r.request_id] > 0]
         served = [rid for rid, _ in plan if rid in started]
         if served != started[: len(served)]:
@@ -314,12 +316,12 @@ def test_random_states_admit_in_order_up_to_the_cap(learner):
         state,
         before_running,
         before_waiting,
-        budget,
+        _budget,
         cap,
         plan,
         running,
         waiting,
-        left,
+        _left,
     ) in random_steps(learner):
         admitted = running[len(before_running) :]
         if (
@@ -349,13 +351,13 @@ def test_random_states_leave_no_budget_idle(learner):
     for (
         state,
         before_running,
-        before_waiting,
+        _before_waiting,
         budget,
         cap,
         plan,
         running,
         waiting,
-        left,
+        _left,
     ) in random_steps(learner):
         spent = sum(n for _, n in plan)
         idle = [

@@ -7,7 +7,6 @@ import random
 
 import pytest
 import torch
-
 from grading import check_close, check_equal, check_names, check_raises, storage
 
 

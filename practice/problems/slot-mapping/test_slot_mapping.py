@@ -6,8 +6,8 @@ minillm.paged."""
 import random
 
 import pytest
-
 from grading import check_equal, check_names, check_raises
+
 from minillm.paged import num_blocks_for, slot_mapping_for
 
 

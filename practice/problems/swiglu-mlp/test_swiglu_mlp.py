@@ -6,8 +6,8 @@ import random
 
 import pytest
 import torch
-
 from grading import check_close
+
 from minillm.model import MLP, ModelConfig
 
 

@@ -5,7 +5,6 @@ the same seed."""
 
 import pytest
 import torch
-
 from grading import check_close, check_equal, fail, global_random_state
 
 INF = float("-inf")

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-
 from grading import check_close, check_equal, check_names, check_raises
-from minillm.parallel.layers import kv_heads_of_rank, shard_range, vocab_rows
+
+from minillm.parallel.layers import shard_range, vocab_rows
 
 NAMES = ["q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"]
 

@@ -6,7 +6,6 @@ tables."""
 import random
 
 import torch
-
 from grading import check_equal, check_names, check_raises, check_shape, launch
 
 

@@ -4,7 +4,7 @@ freed.
 Caught by: test_double_free_raises_naming_the_block_and_changes_nothing.
 """
 
-from collections import Counter, deque
+from collections import deque
 
 
 class OutOfBlocksError(RuntimeError):

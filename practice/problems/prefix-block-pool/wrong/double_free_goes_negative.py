@@ -3,7 +3,7 @@
 Caught by: test_freeing_a_block_nobody_holds_raises_and_changes_nothing.
 """
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 
 
 class OutOfBlocksError(RuntimeError):

@@ -5,7 +5,6 @@ Caught by: test_the_vocabulary_is_padded_to_equal_heights.
 """
 
 import torch
-import torch.nn.functional as F
 
 
 def _check(num_attention_heads: int, num_key_value_heads: int, tp_size: int) -> None:
