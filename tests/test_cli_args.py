@@ -3,6 +3,7 @@ what was not given."""
 
 import pytest
 
+from minillm.bench import common as bench_common
 from minillm.bench import throughput as bench
 from minillm.cli import main
 from minillm.model import Transformer
@@ -17,7 +18,7 @@ def no_work(monkeypatch):
 
     monkeypatch.setattr(Transformer, "from_pretrained", refuse)
     monkeypatch.setattr("minillm.checkpoints.ensure_checkpoint", refuse)
-    monkeypatch.setattr(bench, "ensure_checkpoint", refuse)
+    monkeypatch.setattr(bench_common, "ensure_checkpoint", refuse)
 
 
 @pytest.mark.parametrize(

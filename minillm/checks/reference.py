@@ -1,6 +1,5 @@
 """checks/reference.py — the external reference: Hugging Face transformers' model
-(Qwen3ForCausalLM or
-LlamaForCausalLM, as config.json says) on the same folder.
+(Qwen3ForCausalLM or LlamaForCausalLM, as config.json says) on the same folder.
 
 Every parity claim in the book compares minillm against this, on the same checkpoint files.
 """
@@ -30,6 +29,22 @@ def hf_logits(
     """Logits [T, V] of transformers' model for one sequence."""
     model = hf_model(str(path), dtype, device)
     return model(torch.tensor([token_ids], device=device)).logits[0]
+
+
+FP32_BOUND = 1e-4  # the book's float32 parity threshold
+
+
+@torch.no_grad()
+def fp32_parity_bound(path, token_ids: list[int]) -> float:
+    """1e-4, or twice transformers' own float32 rounding error (against float64) if larger.
+
+    A deep model's float32 logits carry rounding of about that size whoever computes them: over
+    SmolLM2's 30 layers transformers itself is 9e-5 from the float64 answer on a 42-token chat.
+    An implementation that adds the same products in another order is as exact, and may differ
+    from transformers by up to about twice that; anything larger is a real difference.
+    """
+    own = hf_logits(path, token_ids).double() - hf_logits(path, token_ids, torch.float64)
+    return max(FP32_BOUND, 2 * own.abs().max().item())
 
 
 @torch.no_grad()

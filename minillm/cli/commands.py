@@ -83,7 +83,7 @@ def demo_real_model() -> bool:
 
     from minillm.checkpoints import load_tokenizer, resolve_model
     from minillm.checkpoints.smollm2 import INSTALL, converted_folder, package_dir
-    from minillm.checks.reference import hf_logits
+    from minillm.checks.reference import fp32_parity_bound, hf_logits
     from minillm.kv_cache import generate
     from minillm.model import Transformer
 
@@ -110,10 +110,12 @@ def demo_real_model() -> bool:
     worst = (
         (model(torch.tensor([ids + new]))[0] - hf_logits(path, ids + new)).abs().max().item()
     )
-    ok = worst < 1e-4
+    bound = fp32_parity_bound(path, ids + new)  # 30 layers: float32 rounding reaches ~1e-4
+    ok = worst < bound
     print(
         f"\nparity vs transformers' LlamaForCausalLM (fp32, every position of the chat): "
-        f"max |logit difference| = {worst:.2e}  ({'OK' if ok else 'FAIL'}: threshold 1e-4)"
+        f"max |logit difference| = {worst:.2e}  ({'OK' if ok else 'FAIL'}: "
+        f"threshold {bound:.1e}, 1e-4 or twice transformers' own float32 error against float64)"
     )
     return ok
 
