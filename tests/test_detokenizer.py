@@ -97,7 +97,7 @@ def test_engine_stream_sends_the_emoji_and_cjk_whole(tiny_default_path, tok, mon
     script = tok(TEXT).input_ids
     produced = {}
 
-    def scripted(logits, params, seeds, steps):
+    def scripted(logits, params, seeds, steps, histories=None):
         return [script[s] for s in steps]  # step = tokens this request has produced so far
 
     monkeypatch.setattr(engine_module, "sample", scripted)

@@ -197,13 +197,17 @@ def test_bench_quick_run_saves_a_table(tmp_path, capsys):
     from minillm.bench.throughput import main
 
     out = tmp_path / "bench.json"
-    assert main(["--quick", "--no-hf", "--save", str(out)]) == 0
+    code = main(["--quick", "--no-hf", "--save", str(out)])
+    printed = capsys.readouterr().out
+    # A quick run's few milliseconds can look like an artifact on a busy machine: then the run
+    # says so and exits 1 (test_bench proves the check on fixed numbers); the table is saved either way.
+    assert code == (1 if "ARTIFACT" in printed else 0), printed
     result = json.loads(out.read_text())
     assert [r["concurrency"] for r in result["rows"]] == [1, 2, 4]
     assert (
         result["one_at_a_time_tokens_per_s"] > 0 and result["single_request_latency_ratio"] > 0
     )
-    assert "single-request latency" in capsys.readouterr().out
+    assert "single-request latency" in printed
 
 
 def test_string_prompts_use_the_checkpoint_tokenizer(tiny_default_path):
