@@ -200,7 +200,8 @@ def test_bench_quick_run_saves_a_table(tmp_path, capsys):
     code = main(["--quick", "--no-hf", "--save", str(out)])
     printed = capsys.readouterr().out
     # A quick run's few milliseconds can look like an artifact on a busy machine: then the run
-    # says so and exits 1 (test_bench proves the check on fixed numbers); the table is saved either way.
+    # says so and exits 1 (test_bench proves the check on fixed numbers). The table is saved
+    # either way.
     assert code == (1 if "ARTIFACT" in printed else 0), printed
     result = json.loads(out.read_text())
     assert [r["concurrency"] for r in result["rows"]] == [1, 2, 4]
