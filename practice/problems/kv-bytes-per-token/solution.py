@@ -4,9 +4,8 @@
 def kv_bytes_per_token(config: dict, bytes_per_element: int = 2) -> int:
     """Bytes one token takes in the KV cache: K and V, every layer, every KV head, head_dim
     numbers each."""
-    kv_heads = (
-        config.get("num_key_value_heads") or config["num_attention_heads"]
-    )  # absent: no GQA
+    # no num_key_value_heads: no GQA, one KV head per query head
+    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     return 2 * config["num_hidden_layers"] * kv_heads * head_dim * bytes_per_element
 
