@@ -147,7 +147,10 @@ def build_batch(items, block_size: int, vocab_size: int | None = None) -> BatchI
         logits_idx += range(
             end - need_logits, end
         )  # the request's last need_logits new tokens (usually 1)
-    as_tensor = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731  (host tensors: the runner moves them)
+
+    def as_tensor(xs):  # host tensors: the runner moves them to the model's device
+        return torch.tensor(xs, dtype=torch.long)
+
     return BatchInput(
         as_tensor(input_ids),
         as_tensor(positions),

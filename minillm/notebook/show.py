@@ -38,7 +38,18 @@ class Source:
         # it
         longest = max((len(run) for run in re.findall(r"`+", self.text)), default=0)
         fence = "`" * max(3, longest + 1)
-        return f"{fence}python\n# {self.where()}\n{self.text}{fence}\n"
+        # the header wraps like the code does, so the block never scrolls sideways on the site
+        header = "\n".join(
+            textwrap.wrap(
+                self.where(),
+                94,
+                initial_indent="# ",
+                subsequent_indent="#   ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
+        return f"{fence}python\n{header}\n{self.text}{fence}\n"
 
     def where(self) -> str:
         """Where a reader finds the code: its file(s) in the repository, and the class of a
