@@ -177,26 +177,25 @@ def test_padded_work_counts_what_static_batches_compute():
 
 def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert (
-        bench.main(
-            [
-                "--quick",
-                "--no-hf",
-                "--concurrency",
-                "1,2",
-                "--requests",
-                "2",
-                "--mixed-requests",
-                "3",
-                "--save",
-                str(out),
-                "--note",
-                "a test run",
-            ]
-        )
-        == 0
+    code = bench.main(
+        [
+            "--quick",
+            "--no-hf",
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "2",
+            "--mixed-requests",
+            "3",
+            "--save",
+            str(out),
+            "--note",
+            "a test run",
+        ]
     )
     printed = capsys.readouterr().out
+    # a quick run on a busy machine may flag a timing artifact: then it says so and exits 1
+    assert code == (1 if "ARTIFACT" in printed else 0), printed
     for words in (
         "streaming read bandwidth",
         "bs-1 decode floor",

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from minillm.checkpoints import cache_dir, ensure_checkpoint
+from minillm.cli.args import int_arg, writable_file
 from minillm.paged import DEFAULT_BLOCK_SIZE
 
 # The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU,
@@ -88,3 +89,25 @@ def load_average() -> float | None:
     """The 1-minute load average: above the core count, other programs were competing for the
     CPU."""
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options every benchmark run takes: threads, seed, where to save, and --quick."""
+    p.add_argument(
+        "--threads",
+        type=int_arg(min=1),
+        default=None,
+        help="torch CPU threads (default: torch's choice)",
+    )
+    p.add_argument("--seed", type=int_arg(min=0), default=0)
+    p.add_argument(
+        "--save",
+        type=writable_file,
+        default=None,
+        help="write the results as JSON to this path (checked first)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a seconds-long smoke run on the tiny default model",
+    )

@@ -26,7 +26,14 @@ from pathlib import Path
 
 import torch
 
-from minillm.bench.common import BLOCK_SIZE, fill_defaults, load_average, machine, model_path
+from minillm.bench.common import (
+    BLOCK_SIZE,
+    add_run_options,
+    fill_defaults,
+    load_average,
+    machine,
+    model_path,
+)
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import num_blocks_for
@@ -108,7 +115,7 @@ QUICK_RUN = dict(
 
 
 def parse_args(argv):
-    from minillm.cli.args import existing_folder, int_arg, int_list_arg, writable_file
+    from minillm.cli.args import existing_folder, int_arg, int_list_arg
 
     p = argparse.ArgumentParser(
         prog="python -m minillm bench --workload shared-prefix",
@@ -163,24 +170,7 @@ def parse_args(argv):
         type=int_arg(min=1),
         help="timed rounds; medians are reported " + default("repeats"),
     )
-    p.add_argument(
-        "--threads",
-        type=int_arg(min=1),
-        default=None,
-        help="torch CPU threads (default: torch's choice)",
-    )
-    p.add_argument("--seed", type=int_arg(min=0), default=0)
-    p.add_argument(
-        "--save",
-        type=writable_file,
-        default=None,
-        help="write the results as JSON to this path (checked first)",
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="a seconds-long smoke run on the tiny default model",
-    )
+    add_run_options(p)
     args = p.parse_args(argv)
     return fill_defaults(args, QUICK_RUN, FULL_RUN)
 
