@@ -1,7 +1,7 @@
 """How fast is one projection on this CPU, computed each way, for 1 to 16 rows?
 
-    python benchmarks/linear_forms.py                 # the bench model's shapes, 1 and 2
-    threads python benchmarks/linear_forms.py --threads 1
+    python benchmarks/linear_forms.py              # the bench model's shapes, 1 and 2 threads
+    python benchmarks/linear_forms.py --threads 1
 
 `minillm.model.linear` is the one place that picks the form a projection takes on the CPU; this
 script is the measurement behind its choice (oneDNN's linear on a weight packed once). It

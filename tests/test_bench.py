@@ -200,6 +200,7 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
         "streaming read bandwidth",
         "bs-1 decode floor",
         "one decode step against its rows",
+        "what limits it: the step's",
         "mixed workload: 3 requests",
     ):
         assert words in printed
@@ -213,6 +214,9 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
     assert 0 < floor["percent_of_floor"] and floor["floor_ms"] == pytest.approx(
         floor["weight_bytes"] / (floor["bandwidth_gb_per_s"] * 1e9) * 1e3
     )
+    # every projection of the step is counted: q, k, v, o, gate, up, down per layer + the head
+    assert floor["projection_calls"] == 7 * result["model"]["num_hidden_layers"] + 1
+    assert floor["projections_ms"] > 0 and floor["projections_gb_per_s"] > 0
     assert [s["rows"] for s in result["step_times"]] == [1, 2] and all(
         s["ms"] > 0 for s in result["step_times"]
     )
@@ -246,3 +250,14 @@ def test_a_ratio_above_c_or_above_its_ceiling_is_an_artifact():
         rows(1.8, 3.6), steps
     )  # below 4, above the ceiling 3.0
     assert "ceiling" in problem and "3.00x" in problem
+
+
+def test_forms_time_weights_that_exceed_the_cache():
+    # A weight timed over and over stays in the last-level cache and reports more GB/s than
+    # memory delivers: the forms cycle through copies that together exceed COLD_BYTES.
+    from minillm.bench.forms import COLD_BYTES, cold_copies
+
+    copies = cold_copies(96, 64, torch.Generator().manual_seed(0))
+    assert len(copies) * copies[0].numel() * 4 >= COLD_BYTES
+    assert len({c.data_ptr() for c in copies}) == len(copies)  # distinct memory, same values
+    assert all(torch.equal(c, copies[0]) for c in copies)

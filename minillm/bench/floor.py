@@ -11,7 +11,9 @@ throughput table:
   table only if the output layer shares it, since a lookup reads one row);
 - `step_times`: one `ModelRunner.forward` of a pure-decode batch against its number of rows, the
   figure that shows why batching pays (the weights are read once per step, whatever the rows);
-- `profile_decode_step`: a `torch.profiler` table of one decode step, by operator.
+- `profile_decode_step`: a `torch.profiler` table of one decode step, by operator;
+- `projection_split`: how much of a bs-1 step the projections take, and the bandwidth at which
+  they read their weights: what separates the step from the floor, measured.
 """
 
 from __future__ import annotations
@@ -97,6 +99,40 @@ def profile_decode_step(
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         runner.forward(batch)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit)
+
+
+# The operators a projection runs as: oneDNN's packed linear on CPU, BLAS's products elsewhere.
+# (aten::bmm is attention, not a projection.)
+PROJECTION_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm")
+
+
+def projection_split(
+    model: Transformer, context: int, block_size: int, rounds: int = 5
+) -> dict:
+    """The projections' share of one bs-1 decode forward, by torch.profiler's own CPU time.
+
+    Returns the projections' milliseconds (median of `rounds` profiled forwards), the GB/s at
+    which they read the step's weights, and how many projection calls a step makes. If the
+    projections read at the streaming bandwidth, the step would sit at the floor plus its
+    other operators; the gap between the two bandwidths is the kernel's share of the miss.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    runner, batch = decode_batch(model, 1, context, block_size)
+    runner.forward(batch)
+    times, calls = [], 0
+    for _ in range(rounds):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            runner.forward(batch)
+        ops = [e for e in prof.key_averages() if e.key in PROJECTION_OPS]
+        times.append(sum(e.self_cpu_time_total for e in ops) / 1e3)  # us -> ms
+        calls = sum(e.count for e in ops)
+    ms = statistics.median(times)
+    return dict(
+        projections_ms=ms,
+        projections_gb_per_s=decode_weight_bytes(model) / (ms * 1e-3) / 1e9,
+        projection_calls=calls,
+    )
 
 
 def record_forwards(engine) -> list[tuple[int, int, float]]:
@@ -186,6 +222,7 @@ def measure_floor(
         context=context,
         rounds=floor_rounds,
     )
+    floor.update(projection_split(model, context, block_size))
     return floor, steps
 
 

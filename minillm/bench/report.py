@@ -50,6 +50,15 @@ def print_floor(floor: dict, steps: list[dict]) -> None:
         f"{floor['aim_percent']}%; median of {floor['rounds']} rounds, bandwidth and step "
         f"measured in turn) {verdict}"
     )
+    if "projections_ms" in floor:
+        share = floor["projections_gb_per_s"] / floor["bandwidth_gb_per_s"]
+        print(
+            f"what limits it: the step's {floor['projection_calls']} projections take "
+            f"{floor['projections_ms']:.1f} ms (torch.profiler), reading the weights at "
+            f"{floor['projections_gb_per_s']:.1f} GB/s = {100 * share:.0f}% of the streaming "
+            f"bandwidth; the rest of the forward (norms, RoPE, attention) takes "
+            f"{floor['forward_ms'] - floor['projections_ms']:.1f} ms"
+        )
     print(
         "\none decode step against its rows (weights are read once per step, whatever the "
         "rows):"
