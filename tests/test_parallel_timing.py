@@ -1,5 +1,5 @@
-"""Chapter 10's measurements: the gloo all-reduce timer and the decode-step timer run, return one
-number per size or step, and refuse bad arguments by name (no timing is asserted)."""
+"""Chapter 10's measurements: the gloo all-reduce timer and the decode-step timer run,
+return one number per size or step, and refuse bad arguments by name (no timing is asserted)."""
 
 from __future__ import annotations
 
