@@ -1,0 +1,149 @@
+"""traffic.py — what a kernel launch would cost a GPU in memory reads, counted without a GPU.
+
+Two ways to the same numbers. `count_traffic()` watches Triton's interpreter while it runs a
+launch: every `tl.load` reports the addresses of its unmasked lanes, and each address is
+charged to the kernel argument (tensor) it falls in; every program of the grid is counted. The
+model functions (`varlen_traffic`, `split_decode_traffic`) compute the same counts from the
+launch grid and the kernels' loop bounds alone, so they also answer for shapes far too large to
+interpret (a 32K context of a real model). Tests check the two against each other.
+
+A count is of elements read by programs, not of DRAM traffic: on a GPU, two programs that read
+the same K row may both miss the caches, or the second may hit L2. The count is what the kernel
+asks for; the reload factor (elements read over distinct elements) says how much it asks twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from minillm.kernels.triton_runtime import interpreting
+
+H100_SMS = 132  # streaming multiprocessors of an H100 SXM
+
+
+@dataclass
+class Traffic:
+    """Elements loaded per kernel argument, over all programs of one or more launches."""
+
+    programs: int = 0  # grid points launched (a program that returns at once counts too)
+    loaded: dict[str, int] = field(default_factory=dict)  # argument name -> elements read
+    distinct: dict[str, set] = field(default_factory=dict)  # argument name -> addresses read
+    itemsize: dict[str, int] = field(default_factory=dict)  # argument name -> bytes per element
+    busy: dict[str, int] = field(default_factory=dict)  # argument name -> programs that read it
+
+    def reload_factor(self, name: str) -> float:
+        """Elements of `name` read over distinct elements read (1.0: nothing read twice)."""
+        return self.loaded[name] / len(self.distinct[name])
+
+
+def _extent(t) -> tuple[int, int]:
+    """[first, last] byte address a strided tensor view can touch."""
+    span = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
+    return t.data_ptr(), t.data_ptr() + (span + 1) * t.element_size() - 1
+
+
+@contextlib.contextmanager
+def count_traffic():
+    """Count, for every interpreted launch inside the block, the programs run and the elements
+    each tensor argument gives its loads. Yields a Traffic filled in as the launches run."""
+    if not interpreting():
+        raise RuntimeError(
+            "count_traffic needs Triton's interpreter (TRITON_INTERPRET=1): compiled kernels "
+            "do not report their loads"
+        )
+    from triton.runtime import interpreter
+
+    traffic = Traffic()
+    builder = interpreter.interpreter_builder
+    executor = interpreter.GridExecutor
+    ranges: list[tuple[int, int, str]] = []  # (first, last, name): this launch's tensors
+    seen_by: dict[str, tuple] = {}  # argument name -> the last program that read it
+    original_init, original_load = executor._init_args_hst, builder.create_masked_load
+    original_grid_idx = builder.set_grid_idx
+
+    def init_args(self, args_dev, kwargs):
+        args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
+        named = inspect.getcallargs(self.fn, *args_hst, **kwargs_hst)
+        seen_by.clear()
+        ranges[:] = sorted(
+            (*_extent(arg), name) for name, arg in named.items() if hasattr(arg, "data_ptr")
+        )
+        for _, _, name in ranges:
+            traffic.itemsize[name] = named[name].element_size()
+        return args_hst, kwargs_hst
+
+    def set_grid_idx(x, y, z):
+        traffic.programs += 1
+        return original_grid_idx(x, y, z)
+
+    def load(ptrs, mask, other, cache_policy, is_volatile):
+        addresses = np.asarray(ptrs.data)[np.asarray(mask.data, dtype=bool)].ravel()
+        starts = np.array([first for first, _, _ in ranges], dtype=np.uint64)
+        which = np.searchsorted(starts, addresses.astype(np.uint64), side="right") - 1
+        for i in np.unique(which):
+            first, last, name = ranges[i]
+            hit = addresses[which == i]
+            if hit.max() > last:
+                raise AssertionError(f"a load reads past the end of {name}")
+            traffic.loaded[name] = traffic.loaded.get(name, 0) + hit.size
+            traffic.distinct.setdefault(name, set()).update(hit.tolist())
+            if seen_by.get(name) != builder.grid_idx:
+                seen_by[name] = builder.grid_idx
+                traffic.busy[name] = traffic.busy.get(name, 0) + 1
+        return original_load(ptrs, mask, other, cache_policy, is_volatile)
+
+    executor._init_args_hst = init_args
+    builder.create_masked_load = load
+    builder.set_grid_idx = set_grid_idx
+    try:
+        yield traffic
+    finally:
+        executor._init_args_hst = original_init
+        del builder.create_masked_load, builder.set_grid_idx  # back to the class's methods
+
+
+@dataclass
+class LaunchCost:
+    """What one attention launch asks of a GPU, from its grid and loop bounds."""
+
+    programs: int  # grid points
+    busy_programs: int  # programs that read any K/V
+    kv_elements: int  # K and V elements read, all programs together
+    longest_walk: int  # keys the busiest program reads: the launch's critical path
+
+    def kv_bytes(self, bytes_per_number: int = 2) -> int:
+        return self.kv_elements * bytes_per_number
+
+    def waves(self, sms: int = H100_SMS) -> int:
+        """Rounds of busy programs over `sms` multiprocessors, one program each at a time."""
+        return math.ceil(self.busy_programs / sms)
+
+
+def varlen_traffic(seq_lens, query_lens, num_heads, num_kv_heads, head_dim, block_q=16):
+    """The mixed-batch kernel (triton_attention.py): one program per (request, query tile,
+    query head), each reading K and V for keys 0 .. its tile's last row's position."""
+    tiles = max(math.ceil(n / block_q) for n in query_lens)
+    busy, elements, longest = 0, 0, 0
+    for seq_len, q_len in zip(seq_lens, query_lens):
+        for tile in range(math.ceil(q_len / block_q)):
+            kv_end = min(seq_len, seq_len - q_len + (tile + 1) * block_q)
+            busy += num_heads
+            elements += num_heads * 2 * kv_end * head_dim  # each query head reloads its K/V
+            longest = max(longest, kv_end)
+    return LaunchCost(len(seq_lens) * tiles * num_heads, busy, elements, longest)
+
+
+def split_decode_traffic(seq_lens, num_heads, num_kv_heads, head_dim, segment=256):
+    """The flash-decoding kernel (split_decode.py): one program per (request, KV head,
+    segment), the group's query heads packed into its rows, so each K/V row is read once."""
+    del num_heads  # the grid has one program per KV head, whatever the group
+    segments = [math.ceil(n / segment) for n in seq_lens]
+    busy = sum(segments) * num_kv_heads
+    elements = sum(seq_lens) * num_kv_heads * 2 * head_dim
+    longest = min(segment, max(seq_lens))
+    return LaunchCost(len(seq_lens) * num_kv_heads * max(segments), busy, elements, longest)

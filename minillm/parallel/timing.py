@@ -1,0 +1,119 @@
+"""parallel/timing.py — what tensor parallelism costs on this machine, measured.
+
+Two measurements for chapter 10's communication term. `time_all_reduce` starts a gloo group
+of `world_size` processes and times `torch.distributed.all_reduce` itself, per call, for each
+message size (after a barrier, so every rank starts the call together; the fastest call
+counts). `decode_step_times` times the engine's decode steps at a given `tensor_parallel_size`,
+so the two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
+all-reduces, plus the cost of handing the step to the workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from datetime import timedelta
+
+import torch
+
+from minillm.checking import check_int
+from minillm.parallel.collectives import HOST
+
+
+def _time_rank(rank, size, port, sizes, repeats, conn) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore(HOST, port, size + 1, is_master=False, timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=size, timeout=timedelta(seconds=60)
+    )
+    fastest = {}
+    for nbytes in sizes:
+        x = torch.ones(max(1, nbytes // 4))  # float32
+        times = []
+        for i in range(repeats + 3):  # the first calls set up connections and buffers
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            if i >= 3:
+                times.append(time.perf_counter() - start)
+        fastest[nbytes] = min(times)  # the call least disturbed by other work on the machine
+    conn.send(fastest)
+    dist.destroy_process_group()
+    conn.close()
+
+
+def time_all_reduce(sizes, world_size: int = 2, repeats: int = 20) -> dict[int, float]:
+    """Seconds of one gloo all-reduce of each message size (bytes, float32), as rank 0 sees it:
+    the fastest of `repeats` calls after three warm-up calls."""
+    check_int("world_size", world_size, min=2)
+    check_int("repeats", repeats, min=1)
+    bad = [s for s in sizes if isinstance(s, bool) or not isinstance(s, int) or s < 4]
+    if bad:
+        raise ValueError(f"message size {bad[0]!r}: expected an int of at least 4 bytes")
+    import torch.distributed as dist
+
+    store = dist.TCPStore(
+        HOST, 0, world_size + 1, is_master=True, wait_for_workers=False,
+        timeout=timedelta(seconds=60),
+    )  # fmt: skip
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    procs, conns = [], []
+    try:
+        for rank in range(world_size):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(
+                target=_time_rank,
+                args=(rank, world_size, store.port, list(sizes), repeats, theirs),
+                daemon=True,
+            )
+            p.start()
+            theirs.close()
+            procs.append(p)
+            conns.append(mine)
+        if not conns[0].poll(300):
+            raise TimeoutError("the gloo timing processes did not answer within 300 s")
+        return conns[0].recv()
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        for c in conns:
+            c.close()
+
+
+def decode_step_times(
+    path, tensor_parallel_size: int, batch: int, prompt_len: int, steps: int
+) -> list[float]:
+    """Seconds of each decode step of `batch` requests with `prompt_len`-token prompts (greedy,
+    `steps` new tokens each), at the given tensor_parallel_size. Every rank, the engine's
+    process included, gets half the machine's cores whatever the size, as one GPU is one GPU:
+    TP=2 adds a second device rather than splitting one."""
+    from minillm.engine import LLMEngine
+    from minillm.sampling import SamplingParams
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
+    greedy = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
+    prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(prompt_len)] for r in range(batch)]
+    times = []
+    try:
+        with LLMEngine(
+            path, tensor_parallel_size=tensor_parallel_size, max_num_seqs=batch,
+            max_num_batched_tokens=batch * prompt_len, block_size=16,
+            num_blocks=batch * -(-(prompt_len + steps + 1) // 16),
+        ) as engine:  # fmt: skip
+            for p in prompts:
+                engine.add_request(p, greedy)
+            engine.step()  # the prefills
+            while engine.has_unfinished():
+                start = time.perf_counter()
+                engine.step()
+                times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return times

@@ -1,0 +1,103 @@
+"""Chapter 11: the bytes and programs counted in Triton's interpreter equal the ones
+computed from the launch grid and loop bounds (minillm/kernels/traffic.py), for both
+attention kernels."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from minillm.kernels import interpreting, load_triton, triton_available
+from minillm.paged import PagedAttention, PagedKVCache
+
+pytestmark = pytest.mark.skipif(
+    not triton_available(), reason="triton is not installed: pip install -e '.[kernels]'"
+)
+if triton_available():
+    load_triton()  # the interpreter without CUDA, before any kernel is defined
+
+
+def batch(seq_lens, query_lens, kv_heads, group, head_dim, block_size=16):
+    need = [-(-n // block_size) for n in seq_lens]
+    pool = list(range(sum(need) + 3))
+    random.Random(1).shuffle(pool)
+    tables = [pool[sum(need[:i]) : sum(need[: i + 1])] for i in range(len(seq_lens))]
+    kv = PagedKVCache(1, len(pool), block_size, kv_heads, head_dim)
+    kv.k[0].normal_(), kv.v[0].normal_()
+    q = torch.randn(sum(query_lens), kv_heads * group, head_dim)
+    qsl = [0]
+    for n in query_lens:
+        qsl.append(qsl[-1] + n)
+    return q, kv, tables, qsl
+
+
+needs_interpreter = pytest.mark.skipif(
+    triton_available() and not interpreting(), reason="counting needs Triton's interpreter"
+)
+
+
+@needs_interpreter
+def test_the_mixed_batch_kernel_reads_what_its_grid_and_loop_bounds_say():
+    from minillm.kernels.backend import triton_attention
+    from minillm.kernels.traffic import count_traffic, varlen_traffic
+
+    seq_lens, query_lens, kv_heads, group, head_dim = [70, 40, 9], [1, 40, 3], 2, 3, 16
+    q, kv, tables, qsl = batch(seq_lens, query_lens, kv_heads, group, head_dim)
+    with count_traffic() as counted:
+        triton_attention(q, kv, 0, tables, seq_lens, qsl, 0.25)
+    model = varlen_traffic(seq_lens, query_lens, kv_heads * group, kv_heads, head_dim)
+    assert counted.programs == model.programs == 3 * 3 * 6  # 3 requests x 3 tiles x 6 heads
+    assert counted.busy["k_cache_ptr"] == model.busy_programs == (1 + 3 + 1) * 6
+    assert counted.loaded["k_cache_ptr"] + counted.loaded["v_cache_ptr"] == model.kv_elements
+    assert model.longest_walk == 70
+
+
+@needs_interpreter
+def test_a_decode_reads_its_kv_group_times_unpacked_and_once_packed():
+    from minillm.kernels.backend import triton_attention
+    from minillm.kernels.split_decode import split_decode_attention
+    from minillm.kernels.traffic import count_traffic, split_decode_traffic, varlen_traffic
+
+    seq_lens, kv_heads, group, head_dim = [300, 33], 2, 4, 16
+    q, kv, tables, qsl = batch(seq_lens, [1, 1], kv_heads, group, head_dim)
+    with count_traffic() as unpacked:
+        triton_attention(q, kv, 0, tables, seq_lens, qsl, 0.25)
+    attn = PagedAttention(kv, tables, seq_lens, qsl)
+    with count_traffic() as packed:
+        split_decode_attention(
+            q, kv.k[0], kv.v[0], attn.block_tables, torch.tensor(seq_lens), 300, 0.25
+        )
+    assert unpacked.reload_factor("k_cache_ptr") == group
+    assert packed.reload_factor("k_cache_ptr") == packed.reload_factor("v_cache_ptr") == 1.0
+    assert len(packed.distinct["k_cache_ptr"]) == sum(seq_lens) * kv_heads * head_dim
+    split = split_decode_traffic(seq_lens, kv_heads * group, kv_heads, head_dim)
+    assert packed.busy["k_cache_ptr"] == split.busy_programs == (2 + 1) * kv_heads
+    assert packed.loaded["k_cache_ptr"] * 2 == split.kv_elements
+    varlen = varlen_traffic(seq_lens, [1, 1], kv_heads * group, kv_heads, head_dim)
+    assert varlen.kv_elements == group * split.kv_elements
+
+
+@needs_interpreter
+def test_counting_stops_with_the_block():
+    from minillm.kernels.backend import triton_attention
+    from minillm.kernels.traffic import count_traffic
+
+    q, kv, tables, qsl = batch([5], [5], 1, 1, 16)
+    with count_traffic() as counted:
+        triton_attention(q, kv, 0, tables, [5], qsl, 0.25)
+    before = dict(counted.loaded)
+    triton_attention(q, kv, 0, tables, [5], qsl, 0.25)
+    assert counted.loaded == before
+
+
+def test_the_models_scale_to_a_real_model_without_running_it():
+    from minillm.kernels.traffic import split_decode_traffic, varlen_traffic
+
+    # Qwen3-0.6B: 16 query heads on 8 KV heads of 128; one request of 32K tokens decoding
+    varlen = varlen_traffic([32768], [1], 16, 8, 128)
+    split = split_decode_traffic([32768], 16, 8, 128)
+    assert (varlen.busy_programs, varlen.waves(), varlen.longest_walk) == (16, 1, 32768)
+    assert (split.busy_programs, split.waves(), split.longest_walk) == (1024, 8, 256)
+    assert varlen.kv_bytes() == 2 * split.kv_bytes() == 2 * 2 * 32768 * 8 * 128 * 2

@@ -1,0 +1,24 @@
+"""Chapter 10's measurements: the gloo all-reduce timer and the decode-step timer run,
+return one number per size or step, and refuse bad arguments by name (no timing is asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from minillm.parallel.timing import decode_step_times, time_all_reduce
+
+
+def test_all_reduce_times_one_median_per_message_size():
+    times = time_all_reduce([4, 4096], repeats=2)
+    assert sorted(times) == [4, 4096] and all(t > 0 for t in times.values())
+
+
+@pytest.mark.parametrize("bad", [0, 3, 2.5, True])
+def test_a_message_below_one_float_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match=f"message size {bad!r}"):
+        time_all_reduce([8, bad])
+
+
+def test_decode_step_times_one_per_decode_step(model_path):
+    times = decode_step_times(model_path, 1, batch=2, prompt_len=5, steps=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
