@@ -111,3 +111,31 @@ def test_an_abort_frees_the_blocks_and_a_refused_request_gets_an_error(engines):
     assert refused.error is not None and "prompt[0]" in refused.error
     after = idle(front)
     assert after["num_running"] == 0 and after["num_free_blocks"] == after["num_blocks"], after
+
+
+def test_a_reader_that_falls_behind_is_cut_off_and_its_blocks_freed(tiny_default_path):
+    """Backpressure: a reader more than max_unread_tokens behind gets what was queued, then an
+    "abort"; the engine stops generating for it (it is not paused holding its blocks)."""
+    front = AsyncEngine(LLMEngine(tiny_default_path), max_unread_tokens=8)
+    try:
+
+        async def run():
+            slow = await front.submit(
+                [1, 2, 3], SamplingParams(max_tokens=500, ignore_eos=True), request_id="slow"
+            )
+            after = await asyncio.to_thread(idle, front)  # nobody reads meanwhile
+            return after, [d async for d in slow]
+
+        after, deltas = asyncio.run(run())
+    finally:
+        front.shutdown()
+    assert after["num_running"] == 0 and after["num_free_blocks"] == after["num_blocks"]
+    # 9 tokens sent before the 9th unread one crossed the bound, then the abort
+    assert [len(d.token_ids) for d in deltas] == [1] * 9 + [0]
+    assert deltas[-1].finish_reason == "abort" and deltas[-1].num_output_tokens == 9
+    assert all(d.finish_reason is None for d in deltas[:-1])
+
+
+def test_max_unread_tokens_must_be_a_positive_int(tiny_default_path):
+    with pytest.raises(ValueError, match=r"max_unread_tokens is 0: expected an int >= 1"):
+        AsyncEngine(LLMEngine(tiny_default_path), max_unread_tokens=0)
