@@ -139,3 +139,27 @@ def test_a_reader_that_falls_behind_is_cut_off_and_its_blocks_freed(tiny_default
 def test_max_unread_tokens_must_be_a_positive_int(tiny_default_path):
     with pytest.raises(ValueError, match=r"max_unread_tokens is 0: expected an int >= 1"):
         AsyncEngine(LLMEngine(tiny_default_path), max_unread_tokens=0)
+
+
+def test_a_stop_token_ends_the_text_without_its_own(engines):
+    """As in vLLM: the token that stops a request (EOS, stop_token_ids) is in its token ids, not
+    in its text (a chat answer does not end with '<|im_end|>')."""
+    front, offline = engines
+    ids = offline.tokenizer("Once upon a time").input_ids
+    full = offline.generate([ids], SamplingParams(max_tokens=12, ignore_eos=True))[0].token_ids
+    k = 5
+    stop = full[k]
+    first = full.index(stop)  # the request stops at the first time the model says it
+
+    async def run():
+        stream = await front.submit(
+            ids,
+            SamplingParams(max_tokens=12, ignore_eos=True, stop_token_ids=[stop]),
+            request_id="stop-token",
+        )
+        out = [d async for d in stream]
+        return "".join(d.text for d in out), [t for d in out for t in d.token_ids], out[-1]
+
+    text, tokens, last = asyncio.run(run())
+    assert tokens == full[: first + 1] and last.finish_reason == "stop"
+    assert text == offline.tokenizer.decode(full[:first])
