@@ -132,8 +132,8 @@ def test_one_request_waiting_at_a_time_leaves_no_order_to_choose():
 
 def test_longest_prefix_first_serves_the_best_cached_request_first():
     """Three waiting requests; the third shares the first one's prompt. LPM serves it second,
-    before the unrelated one's K/V evicts the shared blocks; FCFS serves it last, when one shared
-    block is left (the pool frees the tail first)."""
+    before the unrelated one's K/V evicts the shared blocks; FCFS serves it last, when one
+    shared block is left (the pool frees the tail first)."""
     from minillm.prefix_caching.simulator import SimRequest
 
     shared = list(range(1000, 1064))
