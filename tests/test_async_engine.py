@@ -111,3 +111,55 @@ def test_an_abort_frees_the_blocks_and_a_refused_request_gets_an_error(engines):
     assert refused.error is not None and "prompt[0]" in refused.error
     after = idle(front)
     assert after["num_running"] == 0 and after["num_free_blocks"] == after["num_blocks"], after
+
+
+def test_a_reader_that_falls_behind_is_cut_off_and_its_blocks_freed(tiny_default_path):
+    """Backpressure: a reader more than max_unread_tokens behind gets what was queued, then an
+    "abort"; the engine stops generating for it (it is not paused holding its blocks)."""
+    front = AsyncEngine(LLMEngine(tiny_default_path), max_unread_tokens=8)
+    try:
+
+        async def run():
+            slow = await front.submit(
+                [1, 2, 3], SamplingParams(max_tokens=500, ignore_eos=True), request_id="slow"
+            )
+            after = await asyncio.to_thread(idle, front)  # nobody reads meanwhile
+            return after, [d async for d in slow]
+
+        after, deltas = asyncio.run(run())
+    finally:
+        front.shutdown()
+    assert after["num_running"] == 0 and after["num_free_blocks"] == after["num_blocks"]
+    # 9 tokens sent before the 9th unread one crossed the bound, then the abort
+    assert [len(d.token_ids) for d in deltas] == [1] * 9 + [0]
+    assert deltas[-1].finish_reason == "abort" and deltas[-1].num_output_tokens == 9
+    assert all(d.finish_reason is None for d in deltas[:-1])
+
+
+def test_max_unread_tokens_must_be_a_positive_int(tiny_default_path):
+    with pytest.raises(ValueError, match=r"max_unread_tokens is 0: expected an int >= 1"):
+        AsyncEngine(LLMEngine(tiny_default_path), max_unread_tokens=0)
+
+
+def test_a_stop_token_ends_the_text_without_its_own(engines):
+    """As in vLLM: the token that stops a request (EOS, stop_token_ids) is in its token ids, not
+    in its text (a chat answer does not end with '<|im_end|>')."""
+    front, offline = engines
+    ids = offline.tokenizer("Once upon a time").input_ids
+    full = offline.generate([ids], SamplingParams(max_tokens=12, ignore_eos=True))[0].token_ids
+    k = 5
+    stop = full[k]
+    first = full.index(stop)  # the request stops at the first time the model says it
+
+    async def run():
+        stream = await front.submit(
+            ids,
+            SamplingParams(max_tokens=12, ignore_eos=True, stop_token_ids=[stop]),
+            request_id="stop-token",
+        )
+        out = [d async for d in stream]
+        return "".join(d.text for d in out), [t for d in out for t in d.token_ids], out[-1]
+
+    text, tokens, last = asyncio.run(run())
+    assert tokens == full[: first + 1] and last.finish_reason == "stop"
+    assert text == offline.tokenizer.decode(full[:first])

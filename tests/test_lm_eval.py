@@ -12,10 +12,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from minillm.bench.server_process import LaunchedServer
+from minillm.checkpoints import resolve_model
+
+EASY_MC = Path(__file__).parent / "data" / "easy_mc.jsonl"
 
 MC = [
     ("Which is a colour?", ["red", "seven", "dog"], 0),
@@ -58,6 +62,39 @@ metric_list:
 )
 
 
+def run_lm_eval(url: str, model: str, tasks: str, folder, batch_size: int = 16) -> None:
+    """lm-eval's local-completions on the task YAMLs in `folder`, offline; results in
+    folder/out."""
+    env = dict(
+        os.environ,
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_CACHE=str(folder / "hf"),
+        TOKENIZERS_PARALLELISM="false",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "local-completions",
+        "--model_args",
+        f"model={model},base_url={url}/v1/completions,num_concurrent=1,max_retries=1,"
+        "tokenizer_backend=remote",
+        "--tasks",
+        tasks,
+        "--include_path",
+        str(folder),
+        "--batch_size",
+        str(batch_size),
+        "--output_path",
+        str(folder / "out"),
+        "--log_samples",
+    ]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_lm_eval_local_completions_runs_a_multiple_choice_and_a_generation_task(
     tiny_default_path, tmp_path
@@ -76,37 +113,10 @@ def test_lm_eval_local_completions_runs_a_multiple_choice_and_a_generation_task(
     (tmp_path / "gen.yaml").write_text(
         GEN_TASK.format(name="minillm_gen", path=tmp_path / "gen.jsonl")
     )
-    env = dict(
-        os.environ,
-        HF_DATASETS_OFFLINE="1",
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_CACHE=str(tmp_path / "hf"),
-        TOKENIZERS_PARALLELISM="false",
-    )
     server = LaunchedServer(tiny_default_path)
     try:
         server.wait_ready(timeout=300)
-        cmd = [
-            sys.executable,
-            "-m",
-            "lm_eval",
-            "--model",
-            "local-completions",
-            "--model_args",
-            f"model={tiny_default_path.name},base_url={server.url}/v1/completions,num_concurrent=1,"
-            "max_retries=1,tokenizer_backend=remote",
-            "--tasks",
-            "minillm_mc,minillm_gen",
-            "--include_path",
-            str(tmp_path),
-            "--batch_size",
-            "16",
-            "--output_path",
-            str(tmp_path / "out"),
-            "--log_samples",
-        ]
-        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        run_lm_eval(server.url, tiny_default_path.name, "minillm_mc,minillm_gen", tmp_path)
         log = server.output()
     finally:
         server.stop()
@@ -126,4 +136,26 @@ def test_lm_eval_local_completions_runs_a_multiple_choice_and_a_generation_task(
         assert all(
             -1e4 < float(r[0]) < 0 and r[1] in ("True", "False") for r in s["filtered_resps"]
         )
+    assert "Traceback" not in log
+
+
+@pytest.mark.slow
+def test_smollm2_scores_an_easy_multiple_choice_task_above_chance(tmp_path):
+    """SmolLM2-135M-Instruct on 32 easy questions (capitals, sums, colours, animals), four
+    choices each, the right one at each position 8 times: chance is 25%, and so is what any
+    preference for a position scores. The server shares each question's blocks among its four
+    choices (prefix caching)."""
+    path = resolve_model("smollm2")
+    (tmp_path / "easy.yaml").write_text(MC_TASK.format(name="easy_mc", path=EASY_MC))
+    server = LaunchedServer(path, extra=["--enable-prefix-caching"])
+    try:
+        server.wait_ready(timeout=300)
+        run_lm_eval(server.url, path.name, "easy_mc", tmp_path)
+        log = server.output()
+    finally:
+        server.stop()
+    res = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())
+    acc = res["results"]["easy_mc"]["acc,none"]
+    print(f"SmolLM2 on {EASY_MC.name}: acc {acc:.3f} (chance 0.25)")
+    assert acc >= 0.5, acc  # 16 of 32 at chance 1/4 has probability below 0.3%
     assert "Traceback" not in log

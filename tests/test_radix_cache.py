@@ -6,7 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minillm.prefix_caching.radix_cache import RadixCache
-from minillm.prefix_caching.simulator import make_traffic, simulate_blocks, simulate_radix
+from minillm.prefix_caching.simulator import (
+    make_traffic,
+    simulate_blocks,
+    simulate_radix,
+    simulate_scheduling,
+)
 
 
 def test_match_ends_inside_a_node_and_splits_it():
@@ -116,3 +121,34 @@ def test_the_traffic_mixes_all_three_kinds_and_chats_grow_turn_by_turn():
     )
     assert followups > len(chats) // 3
     assert make_traffic(50, seed=9)[7].prompt == make_traffic(50, seed=9)[7].prompt, "seeded"
+
+
+def test_one_request_waiting_at_a_time_leaves_no_order_to_choose():
+    traffic = make_traffic(60, seed=3)
+    plain = simulate_blocks(traffic, 16, 3000)
+    for policy in ("fcfs", "lpm"):
+        assert simulate_scheduling(traffic, 16, 3000, 1, policy).hits == plain.hits
+
+
+def test_longest_prefix_first_serves_the_best_cached_request_first():
+    """Three waiting requests; the third shares the first one's prompt. LPM serves it second,
+    before the unrelated one's K/V evicts the shared blocks; FCFS serves it last, when one
+    shared block is left (the pool frees the tail first)."""
+    from minillm.prefix_caching.simulator import SimRequest
+
+    shared = list(range(1000, 1064))
+    warm = SimRequest("few-shot", shared + [1, 2, 3], [4, 5])
+    cold = SimRequest("unrelated", list(range(2000, 2064)) + [6], [7, 8])
+    again = SimRequest("few-shot", shared + [9, 9, 9], [5, 6])
+    traffic = [warm, cold, again]
+    fcfs = simulate_scheduling(traffic, 16, 96, 3, "fcfs")  # 6 blocks: one request's 5, +1
+    lpm = simulate_scheduling(traffic, 16, 96, 3, "lpm")
+    assert fcfs.hits == [0, 0, 16] and lpm.hits == [0, 0, 64]
+
+
+def test_a_next_turn_never_runs_before_the_turn_it_follows():
+    traffic = make_traffic(120, seed=1)
+    result = simulate_scheduling(traffic, 16, 4000, 64, "lpm")
+    assert len(result.hits) == len(traffic)
+    with pytest.raises(ValueError, match="policy is 'random': expected 'fcfs' or 'lpm'"):
+        simulate_scheduling(traffic, 16, 4000, 64, "random")

@@ -87,6 +87,12 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
         help="the context a request may use, prompt and output (default: the model's, at most "
         "4096)",
     )
+    p.add_argument(
+        "--max-unread-tokens",
+        type=int_arg(min=1),
+        default=1024,
+        help="a streaming client this many tokens behind is cut off (finish_reason 'abort')",
+    )
 
     def run(args) -> int:
         from minillm.serving.server import serve
@@ -101,6 +107,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
             args.max_num_batched_tokens,
             args.enable_prefix_caching,
             max_model_len=args.max_model_len,
+            max_unread_tokens=args.max_unread_tokens,
         )
         return 0
 

@@ -169,3 +169,64 @@ def simulate_radix(traffic: list[SimRequest], capacity_tokens: int | None = None
         result.prompt_tokens += len(r.prompt)
     result.held_tokens, result.index_entries = tree.total_size, tree.num_nodes()
     return result
+
+
+def _follows(later: SimRequest, earlier: SimRequest) -> bool:
+    """Whether `later` is a next turn of `earlier`'s chat (it resends earlier's prompt and
+    answer), so it cannot have been sent before earlier was answered."""
+    done = earlier.prompt + earlier.output
+    return len(later.prompt) > len(done) and later.prompt[: len(done)] == done
+
+
+def simulate_scheduling(
+    traffic: list[SimRequest],
+    block_size: int,
+    capacity_tokens: int,
+    window: int,
+    policy: str = "fcfs",
+) -> SimResult:
+    """Serve the traffic through a KVCacheManager, `window` requests waiting at a time.
+
+    policy "fcfs" serves each window in arrival order; "lpm" (SGLang's longest prefix match)
+    serves next the waiting request with the longest cached prefix now, never a next turn
+    before the turn it follows. Hits are reported per request in arrival order.
+    """
+    if policy not in ("fcfs", "lpm"):
+        raise ValueError(f"policy is {policy!r}: expected 'fcfs' or 'lpm'")
+    block_size = check_int("block_size", block_size, min=1)
+    capacity = check_int("capacity_tokens", capacity_tokens, min=1)
+    window = check_int("window", window, min=1)
+    manager = KVCacheManager(
+        BlockPool(max(1, capacity // block_size)), block_size, enable_caching=True
+    )
+    hits = [0] * len(traffic)
+    for start in range(0, len(traffic), window):
+        waiting = list(range(start, min(start + window, len(traffic))))
+        while waiting:
+            ready = [
+                i for i in waiting if not any(_follows(traffic[i], traffic[j]) for j in waiting)
+            ]
+            if policy == "lpm":
+                usable = lambda i: traffic[i].prompt[:-1]  # noqa: E731 - the last token runs
+                pick = max(ready, key=lambda i: len(manager.lookup(usable(i))))
+            else:
+                pick = ready[0]
+            waiting.remove(pick)
+            r = traffic[pick]
+            seq = Sequence(f"sim-{pick}", list(r.prompt), SamplingParams())
+            blocks, hits[pick] = manager.get_computed_blocks(seq)
+            if not manager.allocate_slots(seq, len(r.kv_tokens), blocks):
+                raise ValueError(
+                    f"request {pick} needs {num_blocks_for(len(r.kv_tokens), block_size)} "
+                    f"blocks of {block_size} tokens: expected capacity_tokens of at least "
+                    f"that, got {capacity}"
+                )
+            seq.output_ids, seq.num_computed = list(r.output), len(r.kv_tokens)
+            manager.cache_full_blocks(seq)
+            manager.free(seq)
+    return SimResult(
+        hits=hits,
+        prompt_tokens=sum(len(r.prompt) for r in traffic),
+        index_entries=manager.num_cached_blocks,
+        held_tokens=manager.num_cached_blocks * block_size,
+    )

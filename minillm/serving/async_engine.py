@@ -23,6 +23,14 @@ with `loop.call_soon_threadsafe`. A stop string ends the request in the engine a
 (abort_request), so its blocks are freed and it costs no more steps. A client that goes away
 calls `abort`.
 
+A reader that stays connected but reads slowly gets a bound instead: the engine thread counts
+the deltas it has sent each request and the stream counts those its reader took; when a reader
+falls `max_unread_tokens` behind, the request is aborted in the engine (its blocks freed), and
+its stream ends, after what is already queued, with a delta whose finish_reason is "abort".
+Generation is never paused for one reader: a paused request would hold its KV blocks for as
+long as its reader dawdles. (vLLM neither pauses nor aborts: its RequestOutputCollector merges
+the outputs a slow reader has not taken into one, so what waits is bounded only by max_tokens.)
+
 `step_log` keeps the last steps' plans (which requests ran together, how many tokens each), so
 the batching across clients can be seen; vLLM's equivalents are its scheduler stats and
 iteration logs.
@@ -83,6 +91,8 @@ class _Request:
     detok: IncrementalDetokenizer | None
     stopper: StopStringMatcher
     out: asyncio.Queue
+    stream: RequestStream | None = None  # its reader's side: how many deltas it took
+    num_sent: int = 0  # deltas handed to `out`
     num_output: int = 0
     done: bool = False
     arrival: float = 0.0  # perf_counter when the engine thread took it (for TTFT)
@@ -97,6 +107,7 @@ class RequestStream:
     def __init__(self, front: AsyncEngine, request_id: str, out: asyncio.Queue):
         self.front, self.request_id, self.out = front, request_id, out
         self.finished = False
+        self.num_read = 0  # deltas the reader took; the engine thread compares its own count
 
     def __aiter__(self):
         return self
@@ -105,6 +116,7 @@ class RequestStream:
         if self.finished:
             raise StopAsyncIteration
         delta = await self.out.get()
+        self.num_read += 1
         if delta.finish_reason is not None or delta.error is not None:
             self.finished = True
         return delta
@@ -116,9 +128,16 @@ class RequestStream:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, step_log_size: int = 2000):
+    def __init__(
+        self, engine: LLMEngine, step_log_size: int = 2000, max_unread_tokens: int = 1024
+    ):
         if not isinstance(engine, LLMEngine):
             raise ValueError(f"engine is {engine!r}: expected an LLMEngine")
+        if not (isinstance(max_unread_tokens, int) and max_unread_tokens >= 1):
+            raise ValueError(
+                f"max_unread_tokens is {max_unread_tokens!r}: expected an int >= 1"
+            )
+        self.max_unread_tokens = max_unread_tokens
         self.engine = engine
         engine.record_plans = (
             True  # the thread moves each plan into step_log and clears engine.plans
@@ -162,8 +181,9 @@ class AsyncEngine:
             if cache_salt
             else list(prompt_ids)
         )
-        self.commands.put(("add", request_id, prompt, params, stopper, out, loop, fork_of))
-        return RequestStream(self, request_id, out)
+        stream = RequestStream(self, request_id, out)
+        self.commands.put(("add", stream, prompt, params, stopper, loop, fork_of))
+        return stream
 
     def abort(self, request_id: str) -> None:
         self.commands.put(("abort", request_id))
@@ -218,7 +238,8 @@ class AsyncEngine:
 
     def _apply(self, cmd) -> None:
         if cmd[0] == "add":
-            _, rid, prompt, params, stopper, out, loop, fork_of = cmd
+            _, stream, prompt, params, stopper, loop, fork_of = cmd
+            rid, out = stream.request_id, stream.out
             tok = self.engine.tokenizer
             num_prompt = (
                 len(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else len(prompt)
@@ -229,6 +250,7 @@ class AsyncEngine:
                 IncrementalDetokenizer(tok) if tok is not None else None,
                 stopper,
                 out,
+                stream,
             )
             req.loop, req.arrival = loop, time.perf_counter()
             try:
@@ -275,7 +297,10 @@ class AsyncEngine:
             req.last_token = now
             if req.num_output == 1:
                 req.first_token = now
-            text = req.detok.add(ev.token_id) if req.detok is not None else ""
+            # a stop token (EOS, stop_token_ids) ends the text without showing its own, as in
+            # vLLM, whose detokenizer leaves out the last token of a stop-terminated request
+            stop_token = ev.output is not None and ev.output.finish_reason == "stop"
+            text = "" if req.detok is None or stop_token else req.detok.add(ev.token_id)
             finish = None
             if ev.output is not None:  # the engine finished it (EOS, a stop token, max_tokens)
                 if req.detok is not None:
@@ -302,6 +327,11 @@ class AsyncEngine:
                     prompt_logprobs=ev.prompt_logprobs,
                 ),
             )
+            if finish is None and req.num_sent - req.stream.num_read > self.max_unread_tokens:
+                # a reader this far behind: stop generating for it rather than buffer more
+                self.engine.abort_request(ev.request_id)
+                finish = "abort"
+                self._send(req, RequestDelta("", [], finish, req.num_prompt, req.num_output))
             if finish is not None:
                 del self.requests[ev.request_id]
                 if self.metrics is not None:
@@ -311,6 +341,7 @@ class AsyncEngine:
 
     @staticmethod
     def _send(req: _Request, delta: RequestDelta) -> None:
+        req.num_sent += 1
         try:
             req.loop.call_soon_threadsafe(req.out.put_nowait, delta)
         except (

@@ -1,9 +1,8 @@
 """serving/server.py — an OpenAI-compatible HTTP server over the engine: FastAPI routes,
 uvicorn, SSE streams.
 
-    python -m minillm serve                              # the tiny model on
-    http://127.0.0.1:8000/v1 python -m minillm serve --model /path/to/Qwen3-0.6B --port 8001
-    --api-key secret
+    python -m minillm serve                 # the tiny model on http://127.0.0.1:8000/v1
+    python -m minillm serve --model smollm2 --port 8001 --api-key secret
 
 Routes (OpenAI's paths, as `vllm serve` has them): POST /v1/completions, POST
 /v1/chat/completions, GET /v1/models, GET /v1/models/{id}; vLLM's GET /health, /metrics
@@ -31,10 +30,8 @@ tokens'; `max_tokens: 0` returns the prompt alone.
 
 A non-streamed request waits for its last delta and answers with the whole text; a
 streamed one answers with server-sent events, one `data: {chunk}` per step that produced text,
-and `data: [DONE]`. When a streaming client goes away, Starlette cancels the response's
-generator, and its `finally` aborts the request: its blocks are free before the next step. A
-non-streamed request watches for the disconnect itself (`_unless_disconnected`) and aborts the
-same way.
+and `data: [DONE]`. serving/streams.py merges the choices, frames the events and turns a
+disconnect into an abort, streamed or not.
 
 The handler's tokenizer is a second copy of the engine's: Hugging Face's fast tokenizers are not
 safe to call from two threads at once, and the engine thread decodes while handlers encode; the
@@ -46,13 +43,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import secrets
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -80,6 +76,7 @@ from minillm.serving.protocol import (
     usage_chunk,
     validation_error,
 )
+from minillm.serving.streams import event_stream, merge_choices, unless_disconnected
 
 OPEN_PATHS = (
     "/health",
@@ -92,38 +89,6 @@ class RequestError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None):
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
-
-
-class _EventStream(StreamingResponse):
-    """Closes its generator however the response ends, so its `finally` (the abort) runs at
-    once: with
-    ASGI 2.4 servers a vanished client shows up as an error from `send`, which leaves it
-    suspended."""
-
-    async def __call__(self, scope, receive, send):
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.body_iterator.aclose()
-
-
-async def _until_disconnect(request: Request) -> None:
-    """Return when the client has gone away (the ASGI server sends "http.disconnect")."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _unless_disconnected(request: Request, work):
-    """Run `work` (a coroutine) but cancel it if the client leaves first; None then. Like vLLM's
-    `with_cancellation` (vllm/entrypoints/utils.py): a non-streamed request whose client has
-    gone must not keep its blocks and steps until max_tokens."""
-    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(_until_disconnect(request))
-    try:
-        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        return task.result() if task in done else None
-    finally:
-        for t in (task, watch):
-            t.cancel()
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -148,10 +113,15 @@ class _Choice:
 
 
 def create_app(
-    engine: LLMEngine, model_name: str, api_key: str | None = None, chat_tokenizer=None
+    engine: LLMEngine,
+    model_name: str,
+    api_key: str | None = None,
+    chat_tokenizer=None,
+    max_unread_tokens: int = 1024,
 ) -> FastAPI:
     """The FastAPI app serving `engine` as `model_name`. chat_tokenizer: the handlers' tokenizer
-    (None: a copy)."""
+    (None: a copy); max_unread_tokens: how far a streaming reader may fall behind before its
+    request is aborted (AsyncEngine)."""
     front: AsyncEngine | None = None
     tokenizer = chat_tokenizer
     if tokenizer is None and engine.tokenizer is not None:
@@ -171,9 +141,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app):
         nonlocal front
-        front = app.state.front = AsyncEngine(
-            engine
-        )  # the engine thread lives as long as the server
+        # the engine thread lives as long as the server
+        front = app.state.front = AsyncEngine(engine, max_unread_tokens=max_unread_tokens)
         front.metrics = metrics
         try:
             yield
@@ -414,47 +383,6 @@ def create_app(
             )
         return list(zip(streams, firsts))
 
-    async def merged(pairs):
-        """(choice index, delta) from every stream, in the order the steps produce them; aborts
-        all on exit."""
-        queue: asyncio.Queue = asyncio.Queue()
-
-        async def pump(k, stream, first):
-            try:
-                await queue.put((k, first))
-                async for d in stream:
-                    await queue.put((k, d))
-            finally:
-                queue.put_nowait((k, None))
-
-        tasks = [asyncio.ensure_future(pump(k, s, f)) for k, (s, f) in enumerate(pairs)]
-        try:
-            left = len(pairs)
-            while left:
-                k, d = await queue.get()
-                if d is None:
-                    left -= 1
-                elif d.error is not None:
-                    raise RuntimeError(d.error)
-                else:
-                    yield k, d
-        finally:
-            for t in tasks:
-                t.cancel()
-            for s, _ in pairs:
-                s.abort()  # a no-op once finished; frees the blocks if the client left
-
-    def sse(chunks):
-        async def body():
-            try:
-                async for chunk in chunks:
-                    yield f"data: {json.dumps(chunk)}\n\n"
-                yield "data: [DONE]\n\n"
-            finally:
-                await chunks.aclose()
-
-        return _EventStream(body(), media_type="text/event-stream")
-
     def token_text(t: int) -> str:
         return tokenizer.decode([t]) if tokenizer is not None else f"token_id:{t}"
 
@@ -515,7 +443,7 @@ def create_app(
 
             async def collect():
                 outs = [_Choice() for _ in pairs]
-                async for k, d in merged(pairs):
+                async for k, d in merge_choices(pairs):
                     outs[k].add(d)
                 choices = []
                 for k, c in enumerate(outs):
@@ -543,12 +471,12 @@ def create_app(
                     rid, name, choices, usage(sum(map(len, prompts)), num_out)
                 )
 
-            return await _unless_disconnected(request, collect())
+            return await unless_disconnected(request, collect())
 
         async def chunks():
             outs, offsets, started = [_Choice() for _ in pairs], [0] * len(pairs), set()
             num_prompt = sum(map(len, prompts))
-            async for k, d in merged(pairs):
+            async for k, d in merge_choices(pairs):
                 c, first = outs[k], k not in started
                 started.add(k)
                 c.add(d)
@@ -585,7 +513,7 @@ def create_app(
                     rid, name, "text_completion", num_prompt, sum(o.num_output for o in outs)
                 )
 
-        return sse(chunks())
+        return event_stream(chunks())
 
     def chat_ids(messages, add_generation_prompt: bool = True) -> list[int]:
         text = tokenizer.apply_chat_template(
@@ -634,7 +562,7 @@ def create_app(
 
             async def collect():
                 outs = [_Choice() for _ in pairs]
-                async for k, d in merged(pairs):
+                async for k, d in merge_choices(pairs):
                     outs[k].add(d)
                 choices = [
                     chat_choice(
@@ -651,13 +579,13 @@ def create_app(
                     rid, name, choices, usage(len(ids), sum(c.num_output for c in outs))
                 )
 
-            return await _unless_disconnected(request, collect())
+            return await unless_disconnected(request, collect())
 
         async def chunks():
             outs = [_Choice() for _ in pairs]
             for k in range(len(pairs)):
                 yield chat_chunk(rid, name, k, {"role": "assistant", "content": ""})
-            async for k, d in merged(pairs):
+            async for k, d in merge_choices(pairs):
                 outs[k].add(d)
                 lp = await off_loop(chat_lp, d.token_ids, d.logprobs) if req.logprobs else None
                 if d.text or d.finish_reason or tids or lp:
@@ -685,7 +613,7 @@ def create_app(
                     sum(o.num_output for o in outs),
                 )
 
-        return sse(chunks())
+        return event_stream(chunks())
 
     return app
 
@@ -701,6 +629,7 @@ def serve(
     enable_prefix_caching: bool = False,
     log_level: str = "warning",
     max_model_len: int | None = None,
+    max_unread_tokens: int = 1024,
 ) -> None:
     """Load the model, build the app and run it with uvicorn until Ctrl-C (or SIGTERM)."""
     import uvicorn
@@ -716,7 +645,7 @@ def serve(
         max_model_len=max_model_len,
     )
     name = served_model_name or path.name
-    app = create_app(engine, name, api_key)
+    app = create_app(engine, name, api_key, max_unread_tokens=max_unread_tokens)
     print(
         f"minillm serve: {name} ({path}) on http://{host}:{port}/v1"
         f"{' (API key required)' if api_key else ''}",
