@@ -4,12 +4,14 @@ alpha and k, against the speedup the expected-tokens formula predicts.
     rows = sweep(model, alphas=(0.0, 0.8, 1.0), ks=(2, 4), batch_sizes=(1, 8), max_tokens=12)
 
 For each batch size B, B prompts run greedily without speculation first (their outputs are the
-oracle's continuations, and the baseline's time); then once per (alpha, k) with
-spec_decode/oracle.py's OracleProposer, which proposes those continuations for free, each token
-corrupted with probability 1 - alpha. Every run must give the plain run's tokens, or the sweep
-fails. The predicted speedup is expected_tokens(alpha, k) / cost_ratio, where cost_ratio is the
-median time of a target forward with k + 1 query tokens per request over that of a decode
-(B query tokens), both measured in the same sweep.
+oracle's continuations); then once per (alpha, k) with spec_decode/oracle.py's OracleProposer,
+which proposes those continuations for free, each token corrupted with probability 1 - alpha.
+Every run must give the plain run's tokens, or the sweep fails. Each speculative run is timed
+against a plain run made just before it, so that a machine whose load drifts during the sweep
+still compares like with like. The predicted speedup is expected_tokens(alpha, k) / cost_ratio,
+where cost_ratio is the median target forward with k + 1 query tokens per request (in the run
+at the highest alpha, whose verifies are full) over the median decode (B query tokens, in the
+plain run just before it).
 """
 
 from __future__ import annotations
@@ -53,24 +55,30 @@ def sweep(
         prompts = prompts_for(b, vocab_size, seed + b)
         plain = run(model, prompts, max_tokens, b, None)
         continuations = {tuple(p): t for p, t in zip(prompts, plain["tokens"])}
-        decode_ms = median_forward_ms(plain, b)
+        decode_ms = median_forward_ms(
+            plain, b
+        )  # for the draft's row, and until c(k) is measured
         spec = {"method": "ngram", "num_speculative_tokens": 1}  # its proposer is replaced
         for k in ks:
             spec = dict(spec, num_speculative_tokens=k)
             verify_ms = None
             for alpha in sorted(alphas, reverse=True):  # alpha = 1 first: its verifies are full
                 oracle = OracleProposer(continuations, alpha, seed=seed + k)
+                before = run(model, prompts, max_tokens, b, None)
                 r = run(model, prompts, max_tokens, b, spec, proposer=oracle)
                 if r["tokens"] != plain["tokens"]:
                     raise AssertionError(f"alpha {alpha}, k {k}, batch {b}: tokens differ")
-                verify_ms = verify_ms or median_forward_ms(r, b * (k + 1))
-                rows.append(row(b, alpha, k, plain, r, decode_ms, verify_ms))
+                if verify_ms is None:  # the first (highest) alpha: c(k) from adjacent runs
+                    decode_ms = median_forward_ms(before, b)
+                    verify_ms = median_forward_ms(r, b * (k + 1))
+                rows.append(row(b, alpha, k, before, r, decode_ms, verify_ms))
         if draft_k is not None:
             spec = {"method": "draft_model", "num_speculative_tokens": draft_k, "model": model}
+            before = run(model, prompts, max_tokens, b, None)
             r = run(model, prompts, max_tokens, b, spec)
             if r["tokens"] != plain["tokens"]:
                 raise AssertionError(f"the target as its own draft, batch {b}: tokens differ")
-            rows.append(row(b, None, draft_k, plain, r, decode_ms, None))
+            rows.append(row(b, None, draft_k, before, r, decode_ms, None))
     return rows
 
 
