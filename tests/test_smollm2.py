@@ -314,3 +314,92 @@ def test_an_unsupported_gguf_is_refused_naming_the_field(tmp_path, arch, scaling
     with pytest.raises(ValueError, match=message):
         smollm2.convert_gguf(file, tmp_path)
     assert not (tmp_path / "model.safetensors").exists()
+
+
+# ---- the other backends on SmolLM2's shapes (9 query heads, 3 KV heads of 64)
+#   ------------------
+
+
+def test_the_triton_kernel_generates_the_torch_paths_tokens(smollm2_path, chats):
+    """Chapter 11's kernel on real GQA (3 query heads per KV head), in the interpreter on a
+    CPU: a prompt's prefill and three decodes, all 30 layers, token for token the torch path."""
+    from minillm.kernels import interpreting, load_triton, triton_available
+
+    if not triton_available():
+        pytest.skip("triton is not installed: pip install -e '.[kernels]'")
+    load_triton()
+    device = "cpu" if not torch.cuda.is_available() or interpreting() else "cuda"
+    model = Transformer.from_pretrained(smollm2_path, device=device)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    outs = {
+        backend: LLMEngine(
+            model, block_size=16, num_blocks=8, attention_backend=backend
+        ).generate(chats[:1], params)[0]
+        for backend in ("torch", "triton")
+    }
+    assert outs["triton"].token_ids == outs["torch"].token_ids
+    assert len(outs["torch"].token_ids) == 4
+
+
+@torch.no_grad()
+def test_the_triton_kernel_equals_the_torch_path_in_a_mixed_batch(smollm2_path, chats):
+    """A prefill, a chunk after cached tokens and a decode in one step, on scattered blocks,
+    through two of SmolLM2's layers: the logits of both backends within fp32 rounding."""
+    from minillm.kernels import interpreting, load_triton, triton_available
+    from minillm.spec_decode.speculator import truncated_draft
+
+    if not triton_available():
+        pytest.skip("triton is not installed: pip install -e '.[kernels]'")
+    load_triton()
+    device = "cpu" if not torch.cuda.is_available() or interpreting() else "cuda"
+    model = truncated_draft(Transformer.from_pretrained(smollm2_path, device=device), 2)
+    a, b, c = chats[0][:23], chats[1][:9], chats[2][:30]
+    tables = [[5, 0], [3], [7, 1]]  # blocks of 16, out of order
+    rows = {}
+    for backend in ("torch", "triton"):
+        kv = PagedKVCache.for_model(model, 8, 16)
+        runner = ModelRunner(model, kv, attention_backend=backend)
+        # a's context and c's first chunk, then a decode, a prefill and c's chunk together
+        runner.forward(
+            build_batch([(a[:22], 0, tables[0], True), (c[:12], 0, tables[2], False)], 16)
+        )
+        rows[backend] = runner.forward(
+            build_batch(
+                [
+                    (a[22:], 22, tables[0], True),  # a decode
+                    (b, 0, tables[1], True),  # a prefill
+                    (c[12:], 12, tables[2], True),  # the rest of c's prompt
+                ],
+                16,
+            )
+        )
+    err = (rows["triton"] - rows["torch"]).abs().max().item()
+    assert err < 1e-4, f"max |logit difference| {err:.2e}"
+
+
+def test_speculation_on_smollm2_gives_plain_decodings_tokens(ours, tok):
+    """A request that repeats its prompt: n-gram lookup finds parts of it, a draft of SmolLM2's
+    first 6 layers proposes too, and both give exactly the tokens of plain greedy decoding."""
+    paragraph = (
+        "Blocks of sixteen tokens hold the keys and values; a block table maps each position "
+        "of a request to its block."
+    )
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": "Repeat this sentence word for word:\n\n" + paragraph}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    params = SamplingParams(max_tokens=32)
+    plain = LLMEngine(ours, tokenizer=tok).generate([chat], params)[0].token_ids
+    for spec in (
+        {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
+        {"method": "draft_model", "num_speculative_tokens": 3, "num_draft_layers": 6},
+    ):
+        engine = LLMEngine(ours, tokenizer=tok, speculative_config=spec)
+        out = engine.generate([chat], params)[0]
+        assert out.token_ids == plain, spec["method"]
+        assert engine.spec_stats.num_drafts > 0
+        if spec["method"] == "ngram":  # the answer copies its prompt: lookup saves forwards
+            stats = engine.spec_stats
+            assert stats.num_accepted_tokens > 0 and out.spec.num_forwards < len(plain), stats

@@ -303,10 +303,9 @@ def test_ngram_propose_cases():
         1,
     ]  # suffix [1, 2] occurred at 0
     assert ngram_propose([1, 2, 3, 4], 2, 1, 3) == []  # no suffix occurred before
-    assert ngram_propose([5, 1, 7, 1, 8, 1], 2, 1, 1) == [
-        8,
-        1,
-    ]  # the latest earlier occurrence of [1]
+    # the earliest earlier occurrence of [1], as vLLM's NgramProposer takes
+    assert ngram_propose([5, 1, 7, 1, 8, 1], 2, 1, 1) == [7, 1]
+    assert ngram_propose([7, 7, 7, 7], 3, 1, 1) == [7, 7, 7]  # the latest [7] has one after it
     assert ngram_propose([4, 5, 6, 0, 5, 6, 1, 4, 5, 6], 2, 1, 3) == [
         0,
         5,

@@ -73,9 +73,11 @@ def speculative_config(method: str, k: int, draft_layers: int) -> dict:
     }
 
 
-def run(model, prompts, max_tokens: int, concurrency: int, spec: dict | None) -> dict:
+def run(
+    model, prompts, max_tokens: int, concurrency: int, spec: dict | None, proposer=None
+) -> dict:
     """One pass through a fresh engine: seconds, tokens, and the engine's forward and proposal
-    counts."""
+    counts. proposer replaces the one spec's method builds (spec_sweep.py's oracle)."""
     max_len = max(len(p) for p in prompts) + max_tokens + 8
     engine = LLMEngine(
         model,
@@ -86,6 +88,8 @@ def run(model, prompts, max_tokens: int, concurrency: int, spec: dict | None) ->
         eos_token_id=[],
         speculative_config=spec,
     )
+    if proposer is not None:
+        engine.spec.proposer = proposer
     forward_times: dict[
         int, list[float]
     ] = {}  # query tokens in the step -> seconds of each target forward

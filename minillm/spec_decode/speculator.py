@@ -61,21 +61,22 @@ def ngram_propose(
     prompt_lookup_min..prompt_lookup_max tokens; [] when no such suffix occurred before.
 
     Longer suffixes are tried first (a longer match predicts better); among a suffix's earlier
-    occurrences the latest wins (the nearest context). The proposal stops at the end of the
-    context.
+    occurrences the earliest wins, as in vLLM's NgramProposer: it has the most tokens after it,
+    so a proposal is seldom cut short by the end of the context (for the suffix [7] of
+    [7, 7, 7, 7], the latest earlier [7] is followed by one token, the earliest by three).
     """
     n_ctx = len(context)
     for n in range(min(prompt_lookup_max, n_ctx - 1), prompt_lookup_min - 1, -1):
         suffix = context[n_ctx - n :]
-        for start in range(
-            n_ctx - n - 1, -1, -1
-        ):  # occurrences that end before the suffix itself starts to end
+        for start in range(n_ctx - n):  # every start before the suffix's own, earliest first
             if context[start : start + n] == suffix:
                 return context[start + n : start + n + k]
     return []
 
 
 class NgramProposer:
+    writes_kv = False  # proposals cost no forward and need no cache slots before the verify
+
     def __init__(self, prompt_lookup_min: int, prompt_lookup_max: int):
         self.prompt_lookup_min, self.prompt_lookup_max = prompt_lookup_min, prompt_lookup_max
 
@@ -117,6 +118,8 @@ def truncated_draft(target: Transformer, num_layers: int) -> Transformer:
 
 class DraftModelProposer:
     """k greedy (or sampled) steps of a draft model over the same block tables as the target."""
+
+    writes_kv = True  # the draft's forwards write K/V: slots are reserved before it runs
 
     def __init__(self, draft: Transformer, num_blocks: int, block_size: int):
         self.draft, self.block_size = draft, block_size
@@ -368,7 +371,7 @@ class SpeculativeDecoder:
                 # The draft writes K/V for its proposals, so their slots must exist now; if the
                 # pool is short, this request just decodes (reserve num_tokens + k: what the
                 # verify will need anyway).
-                if isinstance(self.proposer, NgramProposer) or scheduler.kv.allocate_slots(
+                if not self.proposer.writes_kv or scheduler.kv.allocate_slots(
                     seq, seq.num_tokens + k
                 ):
                     seqs.append(seq)

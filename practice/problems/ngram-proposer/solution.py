@@ -1,12 +1,12 @@
-"""Prompt lookup: propose what followed the latest earlier occurrence of the context's longest
-matching suffix."""
+"""Prompt lookup: propose what followed the first occurrence of the context's longest matching
+suffix."""
 
 
 def ngram_propose(
     context: list[int], k: int, prompt_lookup_min: int, prompt_lookup_max: int
 ) -> list[int]:
-    """Up to k tokens after the latest earlier occurrence of the longest suffix of min..max
-    tokens; [] if none."""
+    """Up to k tokens after the first occurrence of the longest suffix of min..max tokens (not
+    the suffix itself); [] if none."""
     if k < 1:
         raise ValueError(f"k is {k}: expected an int >= 1")
     if prompt_lookup_min < 1:
@@ -19,7 +19,7 @@ def ngram_propose(
     L = len(context)
     for n in range(min(prompt_lookup_max, L - 1), prompt_lookup_min - 1, -1):
         suffix = context[L - n :]
-        for s in range(L - n - 1, -1, -1):
+        for s in range(L - n):
             if context[s : s + n] == suffix:
                 return list(context[s + n : s + n + k])
     return []

@@ -10,13 +10,13 @@ from grading import check_equal, check_raises
 
 
 def oracle(context, k, lo, hi):
-    """Every (n, start) pair, best first: longest n, then latest start."""
+    """Every (n, start) pair, best first: longest n, then earliest start."""
     L = len(context)
     best = None
     for n in range(lo, hi + 1):
         for s in range(L - n):
             if n <= L - 1 and context[s : s + n] == context[L - n :]:
-                if best is None or (n, s) > best:
+                if best is None or (n, -s) > (best[0], -best[1]):
                     best = (n, s)
     return [] if best is None else context[best[1] + best[0] : best[1] + best[0] + k]
 
@@ -30,7 +30,7 @@ def test_the_example(learner):
     )
     check_equal(
         learner.ngram_propose([5, 1, 7, 1, 8, 1], 2, 1, 1),
-        [8, 1],
+        [7, 1],
         "ngram_propose([5, 1, 7, 1, 8, 1], 2, 1, 1)",
     )
     check_equal(learner.ngram_propose([7, 7], 4, 1, 3), [7], "ngram_propose([7, 7], 4, 1, 3)")
@@ -40,9 +40,9 @@ def test_the_example(learner):
 
 
 def test_the_longest_suffix_wins(learner):
-    """[4, 5, 6] occurred at 0 and is followed by 0; the shorter [6] occurred later, followed by
-    1."""
-    ctx = [4, 5, 6, 0, 9, 6, 1, 4, 5, 6]
+    """[4, 5, 6] occurred at 2 and is followed by 0; the shorter [6] occurred first at 0,
+    followed by 1."""
+    ctx = [6, 1, 4, 5, 6, 0, 9, 4, 5, 6]
     check_equal(learner.ngram_propose(ctx, 2, 1, 3), [0, 9], f"ngram_propose({ctx}, 2, 1, 3)")
     check_equal(
         learner.ngram_propose(ctx, 2, 1, 1),
@@ -57,16 +57,16 @@ def test_prompt_lookup_min_and_max_bound_the_suffix(learner):
     check_equal(
         learner.ngram_propose([1, 2, 1, 2], 2, 3, 3), [], "ngram_propose([1, 2, 1, 2], 2, 3, 3)"
     )
-    ctx = [3, 1, 2, 8, 0, 1, 2, 9, 3, 1, 2]
+    ctx = [0, 1, 2, 9, 3, 1, 2, 8, 3, 1, 2]
     check_equal(
         learner.ngram_propose(ctx, 1, 1, 2),
         [9],
-        f"ngram_propose({ctx}, 1, 1, 2): [1, 2] latest at 5",
+        f"ngram_propose({ctx}, 1, 1, 2): [1, 2] first at 1",
     )
     check_equal(
         learner.ngram_propose(ctx, 1, 1, 3),
         [8],
-        f"ngram_propose({ctx}, 1, 1, 3): [3, 1, 2] at 0",
+        f"ngram_propose({ctx}, 1, 1, 3): [3, 1, 2] first at 4",
     )
 
 

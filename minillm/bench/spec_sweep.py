@@ -1,0 +1,128 @@
+"""bench/spec_sweep.py — the verify side of speculation alone: an oracle proposer swept over
+alpha and k, against the speedup the expected-tokens formula predicts.
+
+    rows = sweep(model, alphas=(0.0, 0.8, 1.0), ks=(2, 4), batch_sizes=(1, 8), max_tokens=12)
+
+For each batch size B, B prompts run greedily without speculation first (their outputs are the
+oracle's continuations); then once per (alpha, k) with spec_decode/oracle.py's OracleProposer,
+which proposes those continuations for free, each token corrupted with probability 1 - alpha.
+Every run must give the plain run's tokens, or the sweep fails. Each speculative run is timed
+against a plain run made just before it, so that a machine whose load drifts during the sweep
+still compares like with like. The predicted speedup is expected_tokens(alpha, k) / cost_ratio,
+where cost_ratio is the median target forward with k + 1 query tokens per request (in the run
+at the highest alpha, whose verifies are full) over the median decode (B query tokens, in the
+plain run just before it).
+"""
+
+from __future__ import annotations
+
+import random
+
+from minillm.bench.spec import run
+from minillm.spec_decode.oracle import OracleProposer, expected_tokens
+
+PROMPT_LEN = 32  # longer than any verify of the sweep, so a prefill never files as one
+
+
+def prompts_for(batch_size: int, vocab_size: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab_size) for _ in range(PROMPT_LEN)] for _ in range(batch_size)]
+
+
+def median_forward_ms(result: dict, num_tokens: int) -> float | None:
+    """The median target forward of exactly num_tokens query tokens in a run, if it ran one."""
+    return result["forward_ms"].get(str(num_tokens))
+
+
+def sweep(
+    model,
+    alphas,
+    ks,
+    batch_sizes=(1, 8),
+    max_tokens: int = 12,
+    seed: int = 0,
+    draft_k: int | None = None,
+) -> list[dict]:
+    """One row per (batch size, alpha, k): measured and predicted speedups over plain decoding.
+
+    draft_k: also time the target as its own draft at this k (every proposal accepted, like
+    the oracle at alpha = 1, but each proposal costs a target forward): a row with alpha None.
+    """
+    vocab_size = model.cfg.vocab_size
+    run(model, prompts_for(2, vocab_size, seed + 99), 4, 2, None)  # warm-up: kernel choice
+    rows = []
+    for b in batch_sizes:
+        prompts = prompts_for(b, vocab_size, seed + b)
+        plain = run(model, prompts, max_tokens, b, None)
+        continuations = {tuple(p): t for p, t in zip(prompts, plain["tokens"])}
+        decode_ms = median_forward_ms(
+            plain, b
+        )  # for the draft's row, and until c(k) is measured
+        spec = {"method": "ngram", "num_speculative_tokens": 1}  # its proposer is replaced
+        for k in ks:
+            spec = dict(spec, num_speculative_tokens=k)
+            verify_ms = None
+            for alpha in sorted(alphas, reverse=True):  # alpha = 1 first: its verifies are full
+                oracle = OracleProposer(continuations, alpha, seed=seed + k)
+                before = run(model, prompts, max_tokens, b, None)
+                r = run(model, prompts, max_tokens, b, spec, proposer=oracle)
+                if r["tokens"] != plain["tokens"]:
+                    raise AssertionError(f"alpha {alpha}, k {k}, batch {b}: tokens differ")
+                if verify_ms is None:  # the first (highest) alpha: c(k) from adjacent runs
+                    decode_ms = median_forward_ms(before, b)
+                    verify_ms = median_forward_ms(r, b * (k + 1))
+                rows.append(row(b, alpha, k, before, r, decode_ms, verify_ms))
+        if draft_k is not None:
+            spec = {"method": "draft_model", "num_speculative_tokens": draft_k, "model": model}
+            before = run(model, prompts, max_tokens, b, None)
+            r = run(model, prompts, max_tokens, b, spec)
+            if r["tokens"] != plain["tokens"]:
+                raise AssertionError(f"the target as its own draft, batch {b}: tokens differ")
+            rows.append(row(b, None, draft_k, before, r, decode_ms, None))
+    return rows
+
+
+def row(b, alpha, k, plain, r, decode_ms, verify_ms) -> dict:
+    cost = None if verify_ms is None else verify_ms / decode_ms
+    predicted = None if cost is None or alpha is None else expected_tokens(alpha, k) / cost
+    return dict(
+        batch_size=b,
+        alpha=alpha,
+        k=k,
+        acceptance_rate=r["acceptance_rate"],
+        tokens_per_verify=r["mean_accepted_length"],
+        forwards_per_token=r["forwards_per_token"],
+        cost_ratio=cost,
+        predicted_speedup=predicted,
+        speedup=plain["seconds"] / r["seconds"],
+        seconds=r["seconds"],
+        plain_seconds=plain["seconds"],
+    )
+
+
+def break_even_alpha(k: int, cost_ratio: float) -> float | None:
+    """The smallest alpha at which expected_tokens(alpha, k) reaches cost_ratio (bisection);
+    None when even alpha = 1 (k + 1 tokens per verify) does not."""
+    if expected_tokens(1.0, k) < cost_ratio:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, k) < cost_ratio else (lo, mid)
+    return hi
+
+
+def print_rows(rows: list[dict]) -> None:
+    head = (
+        f"{'batch':>5} | {'alpha':>5} | {'k':>2} | {'tokens/verify':>13} | "
+        f"{'verify/decode':>13} | {'predicted':>9} | {'measured':>8}"
+    )
+    print(head + "\n" + "-" * len(head))
+    for r in rows:
+        alpha = "draft" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        cost = "-" if r["cost_ratio"] is None else f"{r['cost_ratio']:.2f}x"
+        pred = "-" if r["predicted_speedup"] is None else f"{r['predicted_speedup']:.2f}x"
+        print(
+            f"{r['batch_size']:>5} | {alpha:>5} | {r['k']:>2} | "
+            f"{r['tokens_per_verify']:>13.2f} | {cost:>13} | {pred:>9} | {r['speedup']:>7.2f}x"
+        )

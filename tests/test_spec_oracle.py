@@ -1,0 +1,88 @@
+"""Chapter 9's oracle proposer and the expected-tokens formula it measures: the formula against
+a term-by-term sum, the oracle's output left exact, its acceptance at alpha 0 and 1, and the
+break-even alpha."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from minillm.bench.spec_sweep import break_even_alpha
+from minillm.engine import LLMEngine
+from minillm.sampling import SamplingParams
+from minillm.spec_decode.oracle import OracleProposer, expected_tokens, wrong
+
+
+@pytest.mark.parametrize("alpha, k", [(0.0, 3), (0.5, 2), (0.8, 4), (0.95, 8), (1.0, 4)])
+def test_expected_tokens_is_the_sum_of_alpha_powers(alpha, k):
+    assert expected_tokens(alpha, k) == pytest.approx(sum(alpha**j for j in range(k + 1)))
+
+
+@pytest.mark.parametrize("alpha, k, match", [(1.1, 2, "alpha is 1.1"), (0.5, -1, "k is -1")])
+def test_expected_tokens_refuses_bad_arguments_by_name(alpha, k, match):
+    with pytest.raises(ValueError, match=match):
+        expected_tokens(alpha, k)
+
+
+def test_a_wrong_token_is_never_the_right_one():
+    assert all(wrong(t) != t and wrong(t) >= 0 for t in (0, 1, 5, 151_935))
+
+
+def oracle_run(model, alpha: float, k: int, prompts, truth, seed: int = 0):
+    engine = LLMEngine(
+        model,
+        eos_token_id=[],
+        speculative_config={"method": "ngram", "num_speculative_tokens": k},
+    )
+    continuations = {tuple(p): t for p, t in zip(prompts, truth)}
+    engine.spec.proposer = OracleProposer(continuations, alpha, seed=seed)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=len(truth[0]), ignore_eos=True))
+    return [o.token_ids for o in outs], engine.spec_stats
+
+
+@pytest.fixture(scope="module")
+def workload(model):
+    rng = random.Random(3)
+    prompts = [[rng.randrange(model.cfg.vocab_size) for _ in range(6)] for _ in range(4)]
+    params = SamplingParams(max_tokens=25, ignore_eos=True)
+    truth = [o.token_ids for o in LLMEngine(model, eos_token_id=[]).generate(prompts, params)]
+    return prompts, truth
+
+
+def test_the_oracle_at_alpha_one_is_always_accepted(model, workload):
+    tokens, stats = oracle_run(model, 1.0, 4, *workload)
+    assert tokens == workload[1]
+    # 25 tokens: one from the prefill, then 4 full verifies of 5 and one of the last 4
+    assert stats.num_drafts == 4 * 5 and stats.acceptance_rate == 1.0
+
+
+def test_the_oracle_at_alpha_zero_is_never_accepted(model, workload):
+    tokens, stats = oracle_run(model, 0.0, 3, *workload)
+    assert tokens == workload[1]
+    assert stats.num_drafts > 0 and stats.num_accepted_tokens == 0
+
+
+def test_tokens_per_verify_follow_the_formula(model, workload):
+    tokens, stats = oracle_run(model, 0.7, 2, *workload, seed=5)
+    assert tokens == workload[1]
+    assert abs(stats.mean_accepted_length - expected_tokens(0.7, 2)) < 0.4
+
+
+def test_the_oracle_refuses_a_prompt_it_was_not_given(model, workload):
+    prompts, truth = workload
+    engine = LLMEngine(
+        model,
+        eos_token_id=[],
+        speculative_config={"method": "ngram", "num_speculative_tokens": 2},
+    )
+    engine.spec.proposer = OracleProposer({tuple(prompts[0]): truth[0]}, 0.5)
+    with pytest.raises(KeyError, match="no greedy continuation"):
+        engine.generate([prompts[1]], SamplingParams(max_tokens=5, ignore_eos=True))
+
+
+def test_break_even_alpha_solves_expected_tokens_equals_cost():
+    a = break_even_alpha(4, 2.0)
+    assert expected_tokens(a, 4) == pytest.approx(2.0, abs=1e-9)
+    assert break_even_alpha(2, 1.0) == pytest.approx(0.0, abs=1e-9)  # a free verify pays always
+    assert break_even_alpha(2, 3.5) is None  # 3 tokens at most cannot pay for 3.5 decodes
