@@ -275,7 +275,10 @@ class AsyncEngine:
             req.last_token = now
             if req.num_output == 1:
                 req.first_token = now
-            text = req.detok.add(ev.token_id) if req.detok is not None else ""
+            # a stop token (EOS, stop_token_ids) ends the text without showing its own, as in
+            # vLLM, whose detokenizer leaves out the last token of a stop-terminated request
+            stop_token = ev.output is not None and ev.output.finish_reason == "stop"
+            text = "" if req.detok is None or stop_token else req.detok.add(ev.token_id)
             finish = None
             if ev.output is not None:  # the engine finished it (EOS, a stop token, max_tokens)
                 if req.detok is not None:
