@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from minillm.bench.server_process import LaunchedServer
-from minillm.checkpoints import TINY_NAME, load_tokenizer
+from minillm.checkpoints import TINY_NAME, load_tokenizer, smollm2
 from minillm.structured_output import StructuredOutputsParams
 from minillm.structured_output.grammar import GrammarCache
 
@@ -190,7 +190,7 @@ def test_langchain_with_structured_output_on_the_real_model():
     with LaunchedServer("smollm2", extra=["--max-model-len", "512"]) as srv:
         srv.wait_ready(timeout=300)
         llm = ChatOpenAI(
-            model="smollm2",
+            model=smollm2.FOLDER_NAME,
             base_url=srv.url + "/v1",
             api_key="none",
             temperature=0,

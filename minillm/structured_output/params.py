@@ -18,7 +18,7 @@ KINDS = ("json", "regex", "choice", "grammar", "json_object")
 
 @dataclass(frozen=True)
 class StructuredOutputsParams:
-    json: str | dict | None = None  # a JSON schema; kept as canonical JSON text (hashable)
+    json: str | dict | None = None  # a JSON schema; kept as compact JSON text (hashable)
     regex: str | None = None  # the output matches this regular expression
     choice: tuple[str, ...] | None = None  # the output is exactly one of these strings
     grammar: str | None = None  # an EBNF grammar whose start rule is `root`
@@ -83,7 +83,10 @@ class StructuredOutputsParams:
 
 
 def _check_schema(schema) -> str:
-    """A JSON schema (dict or JSON text) checked against its metaschema; canonical JSON text."""
+    """A JSON schema (dict or JSON text) checked against its metaschema, as compact JSON text.
+
+    The keys keep their order: xgrammar writes an object's properties in the schema's order.
+    """
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -105,7 +108,7 @@ def _check_schema(schema) -> str:
         raise ValueError(
             f"structured_outputs.json is not a valid JSON schema at {where}: {e.message}"
         ) from None
-    return json.dumps(schema, sort_keys=True)
+    return json.dumps(schema, separators=(",", ":"))
 
 
 def _check_choice(choice) -> tuple[str, ...]:
