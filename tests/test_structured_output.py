@@ -368,7 +368,11 @@ PERSON = {
         "score": {"type": "number", "minimum": 0, "maximum": 1},
         "role": {"enum": ["admin", "user"]},
         "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
-        "home": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": []},
+        "home": {
+            "type": "object",
+            "properties": {"x": {"type": "integer", "minimum": -9, "maximum": 9}},
+            "required": [],
+        },
     },
     "required": ["name", "age", "role", "tags"],
 }
@@ -376,8 +380,8 @@ PERSON = {
 
 def test_a_nested_schema_completes_and_validates_greedy_and_sampled(make_engine, grammars):
     spec = StructuredOutputsParams(json=PERSON, disable_any_whitespace=True)
-    params = [SamplingParams(max_tokens=80, structured_outputs=spec)] + [
-        SamplingParams(max_tokens=80, temperature=0.7, seed=s, structured_outputs=spec)
+    params = [SamplingParams(max_tokens=120, structured_outputs=spec)] + [
+        SamplingParams(max_tokens=120, temperature=0.7, seed=s, structured_outputs=spec)
         for s in range(3)
     ]
     outs = make_engine().generate(PROMPTS, params)
