@@ -9,8 +9,8 @@ runner.py     ch. 5  BatchInput, build_batch, ModelRunner: one mixed prefill/dec
 scheduler.py  ch. 6  continuous batching with a token budget (with sampling.py and engine.py)
 
 Later chapters, a subpackage each: prefix_caching/ (7), serving/ (8), spec_decode/ (9),
-parallel/ (10), kernels/ (11). The machinery that serves the book: cli/, bench/, checks/,
-notebook/, checkpoints.py.
+parallel/ (10), kernels/ (11), structured_output/ (12). The machinery that serves the book:
+cli/, bench/, checks/, notebook/, checkpoints.py.
 """
 
 import os

@@ -32,6 +32,7 @@ from minillm.sampling import SamplingParams, sample, token_logprobs
 from minillm.scheduler import Scheduler, Sequence, StepPlan
 from minillm.serving.detokenizer import IncrementalDetokenizer
 from minillm.spec_decode.speculator import SpecDecodeStats, SpeculativeDecoder, count_step
+from minillm.structured_output.bitmask import constrain_logits
 
 
 def child_params(params: SamplingParams, index: int) -> SamplingParams:
@@ -228,6 +229,7 @@ class LLMEngine:
         self.timings: dict[str, Timing] = {}
         self._next_id = 0  # for automatic request ids
         self._num_added = 0
+        self._grammars = None  # chapter 12's GrammarCache, made by the first structured request
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes, if any (also done at interpreter exit);
@@ -310,6 +312,11 @@ class LLMEngine:
             raise ValueError(
                 f"fork_of is {fork_of!r}: expected an unfinished request with the same prompt"
             )
+        grammar = None
+        if (
+            params.structured_outputs is not None
+        ):  # compiled once per spec; a matcher per request
+            grammar = self.grammars.matcher(params.structured_outputs, stops, request_id)
         return Sequence(
             request_id,
             ids,
@@ -317,7 +324,17 @@ class LLMEngine:
             stop_token_ids=frozenset(stops),
             cache_salt=cache_salt,
             fork_of=parent,
+            grammar=grammar,
         )
+
+    @property
+    def grammars(self):
+        """The GrammarCache for this engine's tokenizer (chapter 12), made on first use."""
+        if self._grammars is None:
+            from minillm.structured_output.grammar import GrammarCache
+
+            self._grammars = GrammarCache(self.tokenizer, self.model.cfg.vocab_size)
+        return self._grammars
 
     def _free_ids(self, n: int) -> list[str]:
         """The next n automatic request ids ("req-0", "req-1", ...) nobody has used; reserves
@@ -437,6 +454,8 @@ class LLMEngine:
             logits = self._take_prompt_logprobs(
                 plan.chunks, rows, seqs, logits
             )  # only the sampling rows stay
+        # chapter 12: forbidden tokens of constrained rows to -inf, before any sampling step
+        logits = constrain_logits(logits, plan.chunks, seqs)
         sampling = [seqs[c.request_id] for c in plan.chunks if c.need_logits]
         if self.spec is None:
             params = [s.params for s in sampling]

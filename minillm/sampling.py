@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from minillm.checking import check_float, check_int, check_int_list
+from minillm.structured_output.params import StructuredOutputsParams
 
 GREEDY_BELOW = (
     1e-5  # vLLM's threshold: a temperature below it samples greedily (the limit T -> 0)
@@ -55,6 +56,9 @@ class SamplingParams:
     logit_bias: tuple[
         tuple[int, float], ...
     ] = ()  # (token id, bias) pairs; a {id: bias} dict is accepted
+    # chapter 12: a JSON schema, regex, choice or grammar the output must follow (a dict of
+    # vLLM's fields is accepted); its bitmask is applied before everything above
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self):
         # Each field checked and normalised (numpy and tensor numbers become plain ones; a list
@@ -97,6 +101,12 @@ class SamplingParams:
         )
         set_(self, "min_p", check_float("min_p", self.min_p, min=0, max=1))
         set_(self, "logit_bias", _check_logit_bias(self.logit_bias))
+        if self.structured_outputs is not None:
+            set_(
+                self,
+                "structured_outputs",
+                StructuredOutputsParams.from_dict(self.structured_outputs),
+            )
 
     @property
     def penalized(self) -> bool:

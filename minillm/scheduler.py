@@ -57,15 +57,25 @@ class Sequence:
     fork_of: Sequence | None = (
         None  # n > 1: the first of the n, whose prompt blocks this one shares
     )
+    # chapter 12: the request's grammar matcher (structured_output/matcher.py), or None
+    grammar: object | None = None
 
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
     def append_output(self, token: int) -> bool:
-        """Append one sampled token; True (with finish_reason set) if it ends the request."""
+        """Append one sampled token; True (with finish_reason set) if it ends the request.
+
+        A request with a grammar advances its matcher here, with the token: the matcher follows
+        the output tokens, and a grammar that reaches its end stops the request ("stop").
+        """
         self.output_ids.append(token)
-        if token in self.stop_token_ids:
+        if self.grammar is not None:
+            self.grammar.accept(token)
+        if token in self.stop_token_ids or (
+            self.grammar is not None and self.grammar.is_terminated
+        ):
             self.finish_reason = "stop"
         elif len(self.output_ids) >= self.params.max_tokens:
             self.finish_reason = "length"

@@ -267,7 +267,7 @@ BAD = [  # (path, body changes, status, the field the message must name)
         400,
         "stream_options.continuous_usage_stats",
     ),
-    ("chat/completions", {"response_format": {"type": "json_object"}}, 400, "response_format"),
+    ("chat/completions", {"response_format": {"type": "xml"}}, 400, "response_format"),
     (
         "chat/completions",
         {"tools": [{"type": "function", "function": {"name": "f"}}]},

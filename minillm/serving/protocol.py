@@ -10,11 +10,13 @@ shape:
 
 As vLLM does, a field this server does not know is accepted and logged ("present in the request
 but ignored"), while a field that would change the answer and is not implemented (`tools`,
-`response_format` other than text, `suffix`, `best_of`, ...) is a 400 saying "not supported by
-this server". vLLM's extensions accepted here: `top_k`, `min_p`, `repetition_penalty`,
-`ignore_eos`, `stop_token_ids`, `cache_salt` (chapter 7's prefix-cache salt), `return_token_ids`
-(each chunk then carries the ids it covers, which is how `bench-serve` counts tokens on a model
-without a tokenizer) and `stream_options.continuous_usage_stats` (usage on every chunk).
+`suffix`, `best_of`, ...) is a 400 saying "not supported by this server". `response_format`
+(`json_object`, `json_schema`) and vLLM's `structured_outputs` become the request's
+StructuredOutputsParams (chapter 12). vLLM's extensions accepted here: `top_k`, `min_p`,
+`repetition_penalty`, `ignore_eos`, `stop_token_ids`, `cache_salt` (chapter 7's prefix-cache
+salt), `return_token_ids` (each chunk then carries the ids it covers, which is how
+`bench-serve` counts tokens on a model without a tokenizer) and
+`stream_options.continuous_usage_stats` (usage on every chunk).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pydantic import (
 )
 
 from minillm.sampling import MAX_LOGPROBS, SamplingParams
+from minillm.structured_output import StructuredOutputsParams
 
 logger = logging.getLogger("minillm.serving.server")
 
@@ -54,8 +57,6 @@ def _active(name: str, v) -> bool:
         return False
     if name in ("tool_choice", "function_call"):
         return v not in ("none", "auto")
-    if name == "response_format":
-        return not (isinstance(v, dict) and v.get("type") == "text")
     if name == "best_of":
         return v != 1
     if name == "modalities":
@@ -68,14 +69,12 @@ UNSUPPORTED = (
     "tool_choice",
     "functions",
     "function_call",
-    "response_format",
     "suffix",
     "best_of",
     "guided_json",
     "guided_regex",
     "guided_choice",
     "guided_grammar",
-    "structured_outputs",
     "audio",
     "modalities",
     "prediction",
@@ -121,6 +120,8 @@ class SamplingFields(BaseModel):
     cache_salt: StrictStr | None = Field(
         None, min_length=1
     )  # vLLM's: only equal salts share cached blocks
+    response_format: dict | None = None  # OpenAI's: {"type": "json_schema", ...} (chapter 12)
+    structured_outputs: dict | None = None  # vLLM's: {"json": ...}, {"regex": ...}, ...
 
     @field_validator("stop")
     @classmethod
@@ -209,7 +210,52 @@ class SamplingFields(BaseModel):
             n=self.n,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            structured_outputs=self.structured_spec(),
         )
+
+    def structured_spec(self) -> StructuredOutputsParams | None:
+        """response_format or structured_outputs as the engine's params (a FieldError naming
+        the field and the problem if the spec is bad)."""
+        fmt, so = self.response_format, self.structured_outputs
+        kind = fmt.get("type") if fmt is not None else None
+        if fmt is not None and kind not in ("text", "json_object", "json_schema"):
+            raise FieldError(
+                f"response_format.type is {kind!r}: expected 'text', 'json_object' or "
+                "'json_schema'",
+                "response_format",
+            )
+        if kind in ("json_object", "json_schema") and so is not None:
+            raise FieldError(
+                "response_format and structured_outputs are both set: expected at most one",
+                "structured_outputs",
+            )
+        try:
+            if so is not None:
+                return StructuredOutputsParams.from_dict(so)
+            if kind == "json_object":
+                return StructuredOutputsParams(json_object=True)
+            if kind == "json_schema":
+                js = fmt.get("json_schema")
+                if not isinstance(js, dict) or "schema" not in js:
+                    raise FieldError(
+                        f"response_format.json_schema is {_shown(js)}: expected an object "
+                        'with a "schema" (and a "name")',
+                        "response_format",
+                    )
+                return StructuredOutputsParams(json=js["schema"])
+        except FieldError:
+            raise
+        except (ValueError, TypeError) as e:
+            param = "structured_outputs" if so is not None else "response_format"
+            text = (
+                str(e)
+                if so is not None
+                else str(e).replace(
+                    "structured_outputs.json ", "response_format.json_schema.schema "
+                )
+            )
+            raise FieldError(text, param) from None
+        return None
 
     @property
     def stop_strings(self) -> list[str]:

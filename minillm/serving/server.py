@@ -301,6 +301,8 @@ def create_app(
     def sampling_params(req, **kw):
         try:
             params = req.sampling_params(engine.get_default_sampling_params(), **kw)
+        except FieldError:  # response_format, structured_outputs: it names its own field
+            raise
         except (
             ValueError
         ) as e:  # a value pydantic let through and SamplingParams refuses: it names its field
@@ -379,7 +381,11 @@ def create_app(
             raise RequestError(
                 400,
                 bad.error,
-                "prompt" if bad.error.startswith(("prompt", "request")) else None,
+                "prompt"
+                if bad.error.startswith(("prompt", "request"))
+                else "structured_outputs"
+                if bad.error.startswith("structured_outputs")
+                else None,
             )
         return list(zip(streams, firsts))
 

@@ -1,0 +1,67 @@
+"""structured_output/bitmask.py — the interface between a grammar and the sampler.
+
+A grammar's answer for one row of logits is a set of allowed tokens, packed as bits: token t is
+bit t % 32 of int32 word t // 32 (least significant bit first), 1 meaning allowed. A row of a
+151,936-token vocabulary is 4,748 words (19 KB) instead of 151,936 booleans. Applying it sets
+every forbidden token's logit to -inf before anything else in the sampler runs, so greedy,
+temperature, top-k, top-p and the speculative verification all see only allowed tokens; rows of
+requests without a grammar are left exactly as they were.
+"""
+
+from __future__ import annotations
+
+import torch
+
+WORD_BITS = 32
+
+
+def words_for(vocab_size: int) -> int:
+    return (vocab_size + WORD_BITS - 1) // WORD_BITS
+
+
+def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """bitmask [M, W] int32 as booleans [M, vocab_size], True where the token is allowed."""
+    shifts = torch.arange(WORD_BITS, dtype=torch.int32, device=bitmask.device)  # [32]
+    bits = (bitmask[:, :, None] >> shifts) & 1  # [M, W, 32]: bit j of word i is token 32i + j
+    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """logits [M, V] with the forbidden tokens of the given rows set to -inf (in place).
+
+    bitmask [M, W] holds one packed row per row of logits; only `rows` are applied. xgrammar's
+    kernel does it (a CPU loop, or a CUDA/Triton kernel on a GPU) on float32 logits.
+    """
+    import xgrammar as xgr
+
+    if not rows:
+        return logits
+    if logits.dtype != torch.float32:  # the kernel wants float32; -inf survives the casts
+        out = logits.float()
+        xgr.apply_token_bitmask_inplace(out, bitmask.to(out.device), indices=rows)
+        return out.to(logits.dtype)
+    xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), indices=rows)
+    return logits
+
+
+def constrain_logits(logits: torch.Tensor, chunks, seqs: dict) -> torch.Tensor:
+    """The step's logits [M, V] (chunk.num_logits rows per chunk, in plan order) masked by the
+    grammar of every request that has one; the other rows untouched."""
+    import xgrammar as xgr
+
+    plan, row = [], 0
+    for c in chunks:
+        grammar = seqs[c.request_id].grammar
+        if c.num_logits and grammar is not None:
+            plan.append((grammar, row, c.spec_token_ids))
+        row += c.num_logits
+    if not plan:
+        return logits
+    bitmask = xgr.allocate_token_bitmask(
+        logits.shape[0], logits.shape[1]
+    )  # [M, W], all allowed
+    rows = []
+    for grammar, start, proposals in plan:
+        filled = grammar.fill(bitmask, start, proposals)
+        rows += range(start, start + filled)
+    return apply_bitmask(logits, bitmask, rows)
