@@ -293,9 +293,7 @@ class LLMEngine:
             raise ValueError(
                 f"logit_bias names token id {bad}: expected ids < {self.model.cfg.vocab_size}"
             )
-        stops = set(params.stop_token_ids)
-        if not params.ignore_eos:
-            stops |= self.eos_token_ids
+        stops = self.stop_token_ids(params)
         parent = fork_of
         if isinstance(fork_of, str):
             parent = next(
@@ -321,11 +319,19 @@ class LLMEngine:
             request_id,
             ids,
             params,
-            stop_token_ids=frozenset(stops),
+            stop_token_ids=stops,
             cache_salt=cache_salt,
             fork_of=parent,
             grammar=grammar,
         )
+
+    def stop_token_ids(self, params: SamplingParams) -> frozenset[int]:
+        """The tokens that end a request with these params: its stop_token_ids and, unless it
+        ignores EOS, the model's EOS tokens."""
+        stops = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stops |= self.eos_token_ids
+        return frozenset(stops)
 
     @property
     def grammars(self):

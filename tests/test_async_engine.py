@@ -163,3 +163,24 @@ def test_a_stop_token_ends_the_text_without_its_own(engines):
     text, tokens, last = asyncio.run(run())
     assert tokens == full[: first + 1] and last.finish_reason == "stop"
     assert text == offline.tokenizer.decode(full[:first])
+
+
+def test_a_grammar_that_ends_on_an_ordinary_token_keeps_its_text(engines):
+    """Only a stop token's text is left out: a request whose grammar is complete after an
+    ordinary token (no EOS to wait for: ignore_eos) ends with "stop" and keeps that token's
+    text, so a JSON answer keeps its closing brace."""
+    front, offline = engines
+    ids = offline.tokenizer("Answer:").input_ids
+    params = SamplingParams(
+        max_tokens=16, ignore_eos=True, structured_outputs={"choice": ["yes", "no"]}
+    )
+    expected = offline.generate([ids], params)[0]
+
+    async def run():
+        stream = await front.submit(ids, params, request_id="grammar-end")
+        out = [d async for d in stream]
+        return "".join(d.text for d in out), [t for d in out for t in d.token_ids], out[-1]
+
+    text, tokens, last = asyncio.run(run())
+    assert tokens == expected.token_ids and last.finish_reason == "stop"
+    assert text == offline.tokenizer.decode(expected.token_ids) and text in ("yes", "no")

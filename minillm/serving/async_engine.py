@@ -92,6 +92,7 @@ class _Request:
     stopper: StopStringMatcher
     out: asyncio.Queue
     stream: RequestStream | None = None  # its reader's side: how many deltas it took
+    stop_token_ids: frozenset[int] = frozenset()  # the tokens whose text is never shown
     num_sent: int = 0  # deltas handed to `out`
     num_output: int = 0
     done: bool = False
@@ -253,6 +254,7 @@ class AsyncEngine:
                 stream,
             )
             req.loop, req.arrival = loop, time.perf_counter()
+            req.stop_token_ids = self.engine.stop_token_ids(params)
             try:
                 self.engine.add_request(prompt, params, request_id=rid, fork_of=fork_of)
             except (
@@ -299,7 +301,12 @@ class AsyncEngine:
                 req.first_token = now
             # a stop token (EOS, stop_token_ids) ends the text without showing its own, as in
             # vLLM, whose detokenizer leaves out the last token of a stop-terminated request
-            stop_token = ev.output is not None and ev.output.finish_reason == "stop"
+            # (a grammar that ends the request on an ordinary token keeps that token's text)
+            stop_token = (
+                ev.output is not None
+                and ev.output.finish_reason == "stop"
+                and ev.token_id in req.stop_token_ids
+            )
             text = "" if req.detok is None or stop_token else req.detok.add(ev.token_id)
             finish = None
             if ev.output is not None:  # the engine finished it (EOS, a stop token, max_tokens)
