@@ -261,3 +261,15 @@ def test_forms_time_weights_that_exceed_the_cache():
     assert len(copies) * copies[0].numel() * 4 >= COLD_BYTES
     assert len({c.data_ptr() for c in copies}) == len(copies)  # distinct memory, same values
     assert all(torch.equal(c, copies[0]) for c in copies)
+
+
+def test_the_ceiling_comes_from_the_engines_own_forwards_in_the_timed_runs():
+    # The ratio it bounds was measured in the engine's runs: so are its t(c) (pure-decode
+    # forwards of c rows there), not a forward timed alone minutes apart.
+    model = Transformer(tiny_cfg(tied=True))
+    itls = {1: [0.011, 0.012], 2: [0.013, 0.013]}
+    forwards = {1: [(1, 1, 0.010), (7, 1, 0.5)], 2: [(2, 2, 0.0125), (2, 2, 0.0125)]}
+    floor, steps = bench_floor.measure_floor(model, [1, 2], itls, forwards, 8, 4, 75, 1)
+    assert [s["engine_forward_ms"] for s in steps] == pytest.approx([10.0, 12.5])
+    assert [s["ceiling"] for s in steps] == pytest.approx([1.0, 2 * 10.0 / 12.5])
+    assert steps[1]["overhead_ms"] == pytest.approx(13.0 - 12.5)

@@ -178,9 +178,6 @@ def measure_floor(
     t1 = steps[0]["ms"]
     for s in steps:
         s["weights_gb_per_s"] = weight_bytes / (s["ms"] * 1e-3) / 1e9
-        s["ceiling"] = (
-            s["rows"] * t1 / s["ms"]
-        )  # what c requests per step can gain, at these step times
         gaps = itls.get(s["rows"])
         decodes = [sec for n, b, sec in forwards.get(s["rows"], []) if n == b == s["rows"]]
         s["engine_step_ms"] = statistics.median(gaps) * 1e3 if gaps else None
@@ -188,6 +185,16 @@ def measure_floor(
         s["overhead_ms"] = (
             s["engine_step_ms"] - s["engine_forward_ms"] if gaps and decodes else None
         )
+    # The ceiling c * t(1) / t(c): what c requests per step can gain at these step times. Its
+    # t(c) are the engine's own pure-decode forwards in the timed runs, the runs whose ratio it
+    # bounds; a forward timed alone, minutes apart, differs by whatever else the machine did.
+    # (Without them, as in a run that timed no engine, the forwards timed alone stand in.)
+    paired = all(s["engine_forward_ms"] for s in steps)
+    for s in steps:
+        t_1, t_c = (
+            (steps[0]["engine_forward_ms"], s["engine_forward_ms"]) if paired else (t1, s["ms"])
+        )
+        s["ceiling"] = s["rows"] * t_1 / t_c
     # The floor and the bs-1 step, measured in alternation: on a shared machine the bandwidth
     # one gets changes from minute to minute, and a ratio of two numbers measured minutes apart
     # would show that.

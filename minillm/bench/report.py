@@ -93,9 +93,10 @@ def print_floor(floor: dict, steps: list[dict]) -> None:
         "c x t(1)/t(c): the most batching c requests can gain over one at a time at these "
         "step\n"
         "times (c if a step of c rows cost what a step of 1 does; a ceiling only while\n"
-        "t(c) >= t(1)). Right: the engine's median step (gap between tokens) at\n"
-        "concurrency c, the median of its own pure-decode forwards in the same runs, and the "
-        "difference.\n"
+        "t(c) >= t(1)), with t(c) the engine's own pure-decode forwards in the timed runs.\n"
+        "Right: the engine's median step (gap between tokens) at concurrency c, the median\n"
+        "of its own pure-decode forwards in the same runs, and the difference. Left: one\n"
+        "forward of c rows timed alone, for the t(c)/t(1) aims.\n"
     )
 
 
