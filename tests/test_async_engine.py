@@ -123,7 +123,12 @@ def test_a_reader_that_falls_behind_is_cut_off_and_its_blocks_freed(tiny_default
             slow = await front.submit(
                 [1, 2, 3], SamplingParams(max_tokens=500, ignore_eos=True), request_id="slow"
             )
-            after = await asyncio.to_thread(idle, front)  # nobody reads meanwhile
+            # nobody reads meanwhile; first wait until the engine thread has taken the request
+            # (until then the engine looks idle too), seen as its first delta in the queue
+            deadline = time.monotonic() + 20
+            while slow.out.qsize() == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            after = await asyncio.to_thread(idle, front)
             return after, [d async for d in slow]
 
         after, deltas = asyncio.run(run())
