@@ -26,11 +26,17 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
 
 
+# xgrammar's CPU kernel (0.2.9) writes past the logits when the vocabulary is not a multiple of
+# 32 (heap corruption, found by tests/test_structured_output.py); its torch backend does the
+# same masking with torch ops, correctly for any vocabulary.
+BACKEND = "torch_native"
+
+
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """logits [M, V] with the forbidden tokens of the given rows set to -inf (in place).
 
     bitmask [M, W] holds one packed row per row of logits; only `rows` are applied. xgrammar's
-    kernel does it (a CPU loop, or a CUDA/Triton kernel on a GPU) on float32 logits.
+    torch backend does it (see BACKEND), on float32 logits.
     """
     import xgrammar as xgr
 
@@ -38,9 +44,17 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) 
         return logits
     if logits.dtype != torch.float32:  # the kernel wants float32; -inf survives the casts
         out = logits.float()
-        xgr.apply_token_bitmask_inplace(out, bitmask.to(out.device), indices=rows)
+        xgr.apply_token_bitmask_inplace(
+            out, bitmask.to(out.device), vocab_size=out.shape[-1], indices=rows, backend=BACKEND
+        )
         return out.to(logits.dtype)
-    xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), indices=rows)
+    xgr.apply_token_bitmask_inplace(
+        logits,
+        bitmask.to(logits.device),
+        vocab_size=logits.shape[-1],
+        indices=rows,
+        backend=BACKEND,
+    )
     return logits
 
 
