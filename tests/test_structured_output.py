@@ -128,7 +128,8 @@ def test_random_schemas_give_valid_json_greedy_and_sampled_with_preemption(
     make_engine, grammars, schemas, seed
 ):
     # Two long unconstrained requests first: 16 blocks of 4 tokens cannot hold them and the
-    # constrained ones together, so the newest (constrained) requests are preempted.
+    # constrained ones together, so the newest requests are preempted (the constrained ones,
+    # unless their schema is so short that they finish first; then the unconstrained ones are).
     engine = make_engine(block_size=4, num_blocks=16, max_num_seqs=6, seed=seed)
     specs = [StructuredOutputsParams(json=s, disable_any_whitespace=True) for s in schemas]
     free = SamplingParams(max_tokens=40, ignore_eos=True)
@@ -138,8 +139,8 @@ def test_random_schemas_give_valid_json_greedy_and_sampled_with_preemption(
         for t in (0.0, 1.0)
     ]
     outs = engine.generate([PROMPTS[i % 4] for i in range(len(params))], params)
+    assert sum(o.num_preemptions for o in outs) > 0  # the pool was too small for the step
     outs, params = outs[2:], params[2:]
-    assert sum(o.num_preemptions for o in outs) > 0
     for o, p in zip(outs, params):
         check_output(grammars, p.structured_outputs, o, json.loads(p.structured_outputs.json))
 
