@@ -17,3 +17,33 @@ def pytest_sessionstart(session):
         default_model_path()
         if package_dir() is not None:  # the real model: converted before any chapter runs
             ensure_smollm2()
+
+
+# `make test` spreads its files over the cores with pytest-xdist, each file whole on one worker
+# (--dist loadscope), in this order: the longest start first, so that no long file is left to
+# run alone on one core at the end. The rest keep pytest's order.
+LONGEST_FIRST = (
+    "tests/test_site.py",
+    "tests/test_smollm2.py",
+    "tests/test_judge_attacks.py",
+    "tests/test_lm_eval.py",
+    "tests/test_judge.py",
+    "tests/test_lab.py",
+    "notebooks/06_scheduler.ipynb",
+    "notebooks/09_speculative_decoding.ipynb",
+    "notebooks/07_prefix_caching.ipynb",
+    "notebooks/08_serving.ipynb",
+    "notebooks/12_structured_output.ipynb",
+    "notebooks/01_mini_llm.ipynb",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def file_rank(item) -> int:
+        path = item.path
+        rel = path.relative_to(config.rootpath).as_posix() if path.is_absolute() else str(path)
+        return rank.get(rel, len(rank))
+
+    items.sort(key=file_rank)  # a stable sort: each file's own order stays

@@ -1,9 +1,10 @@
 """linear.py — the one projection path: every `x @ weight.T` of every chapter runs through
 `linear`.
 
-On CPU in float32 the weight is packed once into oneDNN's blocked layout and reused, so a decode
-step reads each weight at the machine's streaming bandwidth whether it has 1 row or 16;
-elsewhere (CUDA, autograd, plain tensors) it is `F.linear`. `model.pack_for_cpu` packs a whole
+On CPU in float32 the weight is packed once into oneDNN's blocked layout and reused, so one
+kernel serves a decode step of 1 row as of 16, reading each weight once in a layout both cores
+can stream (chapter 6 measures how close that comes to the streaming bandwidth); elsewhere
+(CUDA, autograd, plain tensors) it is `F.linear`. `model.pack_for_cpu` packs a whole
 model at load.
 """
 
@@ -61,8 +62,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     batching, not two matrix kernels. On GPUs `F.linear` (cuBLAS) is the fast call for every row
     count. On CPU in float32 a model's weights are packed once into oneDNN's blocked layout
     (`Transformer.pack_for_cpu`, run when the model is loaded or moved) and every product runs
-    oneDNN's linear on it: tiles of the weight lie contiguously in memory, so both cores stream
-    their half of it at full bandwidth, for 1 row as for 16. The plain forms cannot: `F.linear`
+    oneDNN's linear on it: tiles of the weight lie contiguously in memory, so each core streams
+    its own stretch of it, for 1 row as for 16. The plain forms cannot: `F.linear`
     of one row is a matrix-vector product on one core, and of 2 to 8 rows MKL repacks the weight
     on every call (`benchmarks/linear_forms.py` times them side by side). Two other ways to the
     same kernel were not taken: the module of `torch.utils.mkldnn` converts every activation to

@@ -225,8 +225,9 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
         and result["mixed"]["engine_tokens_per_s"] > 0
     )
     assert "hf_tokens_per_s" not in result["mixed"]  # --no-hf: the engine alone
-    # the run's verdict and its saved list agree (test_a_ratio_above_c... checks the rule itself;
-    # a quick run's timings are too short to promise no artifact)
+    # the run's verdict and its saved list agree (the rule itself is checked below, in
+    # test_a_ratio_above_c_or_above_its_ceiling_is_an_artifact; a quick run's timings are too
+    # short to promise no artifact)
     assert bool(result["artifact_problems"]) == ("ARTIFACT" in printed)
     forms = result["forms"]  # the output layer, then an MLP projection
     assert [(f["rows"], f["threads"]) for f in forms] == [(1, 1), (2, 1)] * 2

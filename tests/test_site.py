@@ -681,7 +681,11 @@ def test_every_page_reads_well_at_1280_and_390_px(site, browser, server):
                 found = tab.evaluate(LAYOUT_CHECKS)
                 name = (path.strip("/").replace("/", "-") or "home") + f"-{width}"
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-                tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+                # JPEG: a whole chapter page is tens of thousands of pixels tall, and PNG's
+                # encoder took twice as long as loading the page
+                tab.screenshot(
+                    path=str(SCREENSHOTS / f"{name}.jpg"), full_page=True, quality=80
+                )
                 issues = []
                 if width == 390 and found["scrollWidth"] > width:
                     issues.append(f"the page scrolls sideways ({found['scrollWidth']} px wide)")
