@@ -280,7 +280,7 @@ def test_operator_routes(server, tokenizer):
     for name in (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
-        "vllm:kv_cache_usage_blocks",
+        "minillm:kv_cache_usage_blocks",
         "vllm:prefix_cache_hits_total",
         "vllm:time_to_first_token_seconds_bucket",
         "vllm:time_per_output_token_seconds_bucket",

@@ -89,7 +89,7 @@ class _EngineCollector:
                 "Requests waiting to be admitted.",
                 len(sched.waiting),
             ),
-            ("vllm:kv_cache_usage_blocks", "KV blocks in use.", sched.pool.num_allocated),
+            ("minillm:kv_cache_usage_blocks", "KV blocks in use.", sched.pool.num_allocated),
             (
                 "vllm:kv_cache_usage_perc",
                 "Fraction of KV blocks in use (0 to 1).",
