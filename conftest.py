@@ -40,10 +40,6 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-
-    def file_rank(item) -> int:
-        path = item.path
-        rel = path.relative_to(config.rootpath).as_posix() if path.is_absolute() else str(path)
-        return rank.get(rel, len(rank))
-
-    items.sort(key=file_rank)  # a stable sort: each file's own order stays
+    # a node id starts with its file's path from the rootdir; the sort is stable: each file
+    # keeps its own order
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
