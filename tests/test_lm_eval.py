@@ -135,22 +135,22 @@ def test_lm_eval_runs_multiple_choice_and_generation_and_smollm2_scores_above_ch
     assert acc >= 0.5, acc  # 16 of 32 at chance 1/4 has probability below 0.3%
     assert 0 <= res["minillm_mc"]["acc,none"] <= 1
     assert 0 <= res["minillm_gen"]["exact_match,none"] <= 1
-    samples = [
-        json.loads(line)
-        for p in (tmp_path / "out").rglob("samples_minillm_mc_*.jsonl")
-        for line in p.read_text().splitlines()
-    ]
-    assert len(samples) == len(MC)
+
+    def samples(task: str) -> list[dict]:
+        return [
+            json.loads(line)
+            for p in (tmp_path / "out").rglob(f"samples_{task}_*.jsonl")
+            for line in p.read_text().splitlines()
+        ]
+
+    samples_mc = samples("minillm_mc")
+    assert len(samples_mc) == len(MC)
     # one finite loglikelihood per choice (lm-eval writes [loglikelihood, is_greedy] as text)
-    for s in samples:
+    for s in samples_mc:
         assert len(s["filtered_resps"]) == 3
         assert all(
             -1e4 < float(r[0]) < 0 and r[1] in ("True", "False") for r in s["filtered_resps"]
         )
-    generated = [
-        json.loads(line)
-        for p in (tmp_path / "out").rglob("samples_minillm_gen_*.jsonl")
-        for line in p.read_text().splitlines()
-    ]
+    generated = samples("minillm_gen")
     assert len(generated) == 16 and all(isinstance(g["resps"][0][0], str) for g in generated)
     assert "Traceback" not in log

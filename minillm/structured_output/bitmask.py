@@ -42,20 +42,12 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) 
 
     if not rows:
         return logits
-    if logits.dtype != torch.float32:  # the kernel wants float32; -inf survives the casts
-        out = logits.float()
-        xgr.apply_token_bitmask_inplace(
-            out, bitmask.to(out.device), vocab_size=out.shape[-1], indices=rows, backend=BACKEND
-        )
-        return out.to(logits.dtype)
+    # the kernel wants float32 (-inf survives the cast back); float32 logits are masked in place
+    out = logits if logits.dtype == torch.float32 else logits.float()
     xgr.apply_token_bitmask_inplace(
-        logits,
-        bitmask.to(logits.device),
-        vocab_size=logits.shape[-1],
-        indices=rows,
-        backend=BACKEND,
+        out, bitmask.to(out.device), vocab_size=out.shape[-1], indices=rows, backend=BACKEND
     )
-    return logits
+    return out if out is logits else out.to(logits.dtype)
 
 
 def constrain_logits(logits: torch.Tensor, chunks, seqs: dict) -> torch.Tensor:
