@@ -1,9 +1,8 @@
 """Prefix caching off vs on, on requests sharing a 256-token system prompt, saved where chapter
 7 reads it.
 
-    python benchmarks/shared_prefix.py              # the full run, then
-    benchmarks/results/shared_prefix_cpu.json python benchmarks/shared_prefix.py --repeats 1  #
-    any `python -m minillm bench --workload shared-prefix` option
+    python benchmarks/shared_prefix.py              # the full run, into results/
+    python benchmarks/shared_prefix.py --repeats 1  # any `bench --workload shared-prefix` flag
 
 The same code as `python -m minillm bench --workload shared-prefix` (minillm/bench/prefix.py);
 this script only picks the output file. Timings are never asserted: run it on a quiet machine

@@ -19,4 +19,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
+# Triton's interpreter on a CPU-only machine, chosen before torch itself first imports triton
+# (see kernels/triton_runtime.py).
+from minillm.kernels.triton_runtime import choose_interpreter  # noqa: E402
+
+choose_interpreter()
+
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from minillm.parallel.timing import decode_step_times, time_all_reduce
+from minillm.parallel.timing import decode_step_split, decode_step_times, time_all_reduce
 
 
 def test_all_reduce_times_one_median_per_message_size():
@@ -22,3 +22,10 @@ def test_a_message_below_one_float_is_refused_by_name(bad):
 def test_decode_step_times_one_per_decode_step(model_path):
     times = decode_step_times(model_path, 1, batch=2, prompt_len=5, steps=3)
     assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_decode_step_split_counts_time_in_collectives_only_across_ranks(model_path):
+    alone = decode_step_split(model_path, 1, batch=2, prompt_len=5, steps=2)
+    assert len(alone) == 2 and all(step > 0 and comm == 0 for step, comm in alone)
+    tp2 = decode_step_split(model_path, 2, batch=2, prompt_len=5, steps=2)
+    assert len(tp2) == 2 and all(0 < comm < step for step, comm in tp2)

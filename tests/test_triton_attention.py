@@ -354,6 +354,47 @@ except ValueError as e:
 
 
 @needs_triton
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the CPU-only choice of the interpreter"
+)
+def test_a_model_built_before_the_backend_still_runs_the_interpreted_kernel():
+    """Building a model imports triton through torch (torch._dynamo, on the meta device) before
+    any kernel module: the interpreter must be chosen by then, when minillm is imported."""
+    code = """
+from minillm.checkpoints import default_model_path
+from minillm.engine import LLMEngine
+from minillm.model import Transformer
+from minillm.sampling import SamplingParams
+model = Transformer.from_pretrained(default_model_path())
+engine = LLMEngine(model, block_size=4, num_blocks=8, attention_backend="triton")
+print(engine.generate([[1, 2, 3]], SamplingParams(max_tokens=2, ignore_eos=True))[0].token_ids)
+"""
+    done = run_python(code)
+    assert done.returncode == 0 and done.stdout.startswith("["), done.stderr[-2000:]
+
+
+@needs_triton
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the CPU-only choice of the interpreter"
+)
+def test_triton_imported_before_minillm_is_a_clear_error():
+    code = """
+import torch
+with torch.device("meta"):
+    torch.nn.Embedding(4, 4)  # torch imports triton here, before the interpreter is chosen
+from minillm.kernels import load_triton
+try:
+    load_triton()
+except ImportError as e:
+    print("ERROR:", e)
+"""
+    done = run_python(code)
+    assert "ERROR: triton was imported before TRITON_INTERPRET=1 was set" in done.stdout, (
+        done.stdout + done.stderr[-2000:]
+    )
+
+
+@needs_triton
 def test_a_kernel_is_shown_by_its_python_source():
     from minillm.kernels.cache_write import reshape_and_cache_kernel
     from minillm.notebook.show import source

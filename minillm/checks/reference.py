@@ -32,19 +32,24 @@ def hf_logits(
 
 
 FP32_BOUND = 1e-4  # the book's float32 parity threshold
+# How many times transformers' own float32 rounding error (against float64) a float32 run may
+# differ from it by. minillm's packed oneDNN kernel adds each product's terms in another order
+# than transformers' F.linear (MKL) and rounds about 1.5x as much on SmolLM2 (chapter 1 prints
+# both against float64; with F.linear the two agree bit for bit), so the two can differ by the
+# sum, about 2.5x; a real difference (a wrong eps, theta or mask) is orders of magnitude larger.
+ROUNDING_FACTOR = 3
 
 
 @torch.no_grad()
 def fp32_parity_bound(path, token_ids: list[int]) -> float:
-    """1e-4, or twice transformers' own float32 rounding error (against float64) if larger.
+    """1e-4, or ROUNDING_FACTOR times transformers' own float32 rounding error (against
+    float64) if larger.
 
     A deep model's float32 logits carry rounding of about that size whoever computes them: over
-    SmolLM2's 30 layers transformers itself is 9e-5 from the float64 answer on a 42-token chat.
-    An implementation that adds the same products in another order is as exact, and may differ
-    from transformers by up to about twice that; anything larger is a real difference.
+    SmolLM2's 30 layers transformers itself is 9e-5 from the float64 answer on a 50-token chat.
     """
     own = hf_logits(path, token_ids).double() - hf_logits(path, token_ids, torch.float64)
-    return max(FP32_BOUND, 2 * own.abs().max().item())
+    return max(FP32_BOUND, ROUNDING_FACTOR * own.abs().max().item())
 
 
 @torch.no_grad()

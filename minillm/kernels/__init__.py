@@ -5,9 +5,11 @@ the modules that hold kernels (`triton_attention`, `cache_write`) do, through `l
 
 Where the kernels run. With a CUDA GPU, Triton compiles them. Without one, they run in Triton's
 interpreter, which executes each program in Python with numpy on CPU tensors. Triton decides
-which when a kernel is *defined* (`@triton.jit` reads TRITON_INTERPRET), so `load_triton()` sets
-TRITON_INTERPRET=1 before the kernel modules are first imported, but only on a machine without
-CUDA and only when the variable is unset: an explicit TRITON_INTERPRET=0 or =1 always wins.
+which when a function is *defined* (`@triton.jit` reads TRITON_INTERPRET), its own helpers
+(tl.cdiv, the reductions) included, which it defines when first imported; and torch imports
+triton by itself (torch._dynamo). So importing minillm sets TRITON_INTERPRET=1
+(`choose_interpreter()`), but only on a machine without CUDA, with triton installed, and only
+when the variable is unset: an explicit TRITON_INTERPRET=0 or =1 always wins.
 Setting it in os.environ also hands it to child processes (the exercise judge's sandboxed
 learner inherits it).
 """

@@ -17,23 +17,40 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def choose_interpreter() -> None:
+    """Set TRITON_INTERPRET=1 on a machine without CUDA, when it is unset and triton is
+    installed. Called when minillm is imported: the choice must come before triton's first
+    import, and torch imports triton on its own (torch._dynamo does, e.g. when a model is built
+    on the meta device). At that import triton defines its library of @triton.jit helpers
+    (tl.cdiv, the reductions) compiled or interpreted, by the variable then, and a kernel
+    interpreted later cannot call a compiled helper."""
+    if "TRITON_INTERPRET" in os.environ or not triton_available():
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors, numpy execution
+
+
 def load_triton():
     """Import triton, first choosing the interpreter on a machine without CUDA; a clear error if
-    it is missing."""
+    it is missing, or if triton was imported before that choice could be made."""
     if not triton_available():
         raise ImportError(
             "the Triton attention backend needs the triton package, which is not installed: "
             f"{INSTALL_HINT}"
         )
-    if "TRITON_INTERPRET" not in os.environ:
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = (
-                "1"  # before any @triton.jit runs: CPU tensors, numpy execution
-            )
+    choose_interpreter()
     import triton
+    from triton.language import standard
 
+    if interpreting() and type(standard.cdiv).__name__ != "InterpretedFunction":
+        raise ImportError(
+            "triton was imported before TRITON_INTERPRET=1 was set (torch imports it, e.g. "
+            "through torch.compile), so its own helpers are compiled and an interpreted kernel "
+            "cannot call them: import minillm before anything else uses torch, or start Python "
+            "with TRITON_INTERPRET=1"
+        )
     return triton
 
 

@@ -24,6 +24,7 @@ with size 1 they are no-ops.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,15 +48,18 @@ VOCAB = ("embed_tokens", "lm_head")  # split along the vocabulary (dim 0)
 
 @dataclass
 class CommStats:
-    """What one rank sent through the group: calls and payload bytes, by collective."""
+    """What one rank sent through the group: calls and payload bytes, by collective, and the
+    seconds it spent inside them (waiting for the other ranks included)."""
 
     all_reduce: int = 0
     all_reduce_bytes: int = 0
     gather: int = 0
     gather_bytes: int = 0
+    seconds: float = 0.0
 
     def reset(self) -> None:
         self.all_reduce = self.all_reduce_bytes = self.gather = self.gather_bytes = 0
+        self.seconds = 0.0
 
 
 @dataclass
@@ -78,7 +82,10 @@ class TensorParallelGroup:
             return x
         self.stats.all_reduce += 1
         self.stats.all_reduce_bytes += x.numel() * x.element_size()
-        return self.sum_over_ranks(x)
+        start = time.perf_counter()
+        x = self.sum_over_ranks(x)
+        self.stats.seconds += time.perf_counter() - start
+        return x
 
     def sum_over_ranks(self, x: torch.Tensor) -> torch.Tensor:
         """The collective itself (a test may stand in another transport, e.g. threads in one
@@ -95,7 +102,9 @@ class TensorParallelGroup:
             return x
         self.stats.gather += 1
         self.stats.gather_bytes += x.numel() * x.element_size()
+        start = time.perf_counter()
         parts = self.gather_to_first(x.contiguous())
+        self.stats.seconds += time.perf_counter() - start
         return torch.cat(parts, dim=-1)[..., :total] if self.rank == 0 else None
 
     def gather_to_first(self, x: torch.Tensor) -> list[torch.Tensor] | None:

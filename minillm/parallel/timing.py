@@ -5,7 +5,8 @@ of `world_size` processes and times `torch.distributed.all_reduce` itself, per c
 message size (after a barrier, so every rank starts the call together; the fastest call
 counts). `decode_step_times` times the engine's decode steps at a given `tensor_parallel_size`,
 so the two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
-all-reduces, plus the cost of handing the step to the workers.
+all-reduces, plus the cost of handing the step to the workers. `decode_step_split` also says
+how much of each step rank 0 spent inside the collectives.
 """
 
 from __future__ import annotations
@@ -93,6 +94,19 @@ def decode_step_times(
     `steps` new tokens each), at the given tensor_parallel_size. Every rank, the engine's
     process included, gets half the machine's cores whatever the size, as one GPU is one GPU:
     TP=2 adds a second device rather than splitting one."""
+    return [
+        step
+        for step, _ in decode_step_split(path, tensor_parallel_size, batch, prompt_len, steps)
+    ]
+
+
+def decode_step_split(
+    path, tensor_parallel_size: int, batch: int, prompt_len: int, steps: int
+) -> list[tuple[float, float]]:
+    """(seconds of the step, seconds rank 0 spent inside collectives) for each decode step, as
+    in `decode_step_times`. The second is the all-reduces and the logits' gather as rank 0
+    waits in them: the transfer, and waiting for the other ranks to arrive (they start a step
+    after the hand-over and compute their own share)."""
     from minillm.engine import LLMEngine
     from minillm.sampling import SamplingParams
 
@@ -100,7 +114,7 @@ def decode_step_times(
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
     greedy = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
     prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(prompt_len)] for r in range(batch)]
-    times = []
+    split = []
     try:
         with LLMEngine(
             path, tensor_parallel_size=tensor_parallel_size, max_num_seqs=batch,
@@ -110,10 +124,13 @@ def decode_step_times(
             for p in prompts:
                 engine.add_request(p, greedy)
             engine.step()  # the prefills
+            tp = engine.model.tp  # None in one process: nothing to wait for
             while engine.has_unfinished():
+                if tp is not None:
+                    tp.stats.reset()
                 start = time.perf_counter()
                 engine.step()
-                times.append(time.perf_counter() - start)
+                split.append((time.perf_counter() - start, tp.stats.seconds if tp else 0.0))
     finally:
         torch.set_num_threads(threads)
-    return times
+    return split
