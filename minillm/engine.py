@@ -550,7 +550,10 @@ class LLMEngine:
         timing = self.timings.pop(seq.request_id)
         times = timing.token_times
         itl = [b - a for a, b in zip(times, times[1:])]
-        text = self.tokenizer.decode(seq.output_ids) if self.tokenizer is not None else ""
+        shown = seq.output_ids
+        if seq.finish_reason == "stop" and shown and shown[-1] in seq.stop_token_ids:
+            shown = shown[:-1]  # the stop token ends the text without its own, as on the server
+        text = self.tokenizer.decode(shown) if self.tokenizer is not None else ""
         return Output(
             seq.request_id,
             seq.prompt_ids,
@@ -662,18 +665,19 @@ class LLMEngine:
             if self.tokenizer is not None
             else None
         )
+        sent = dict.fromkeys(ids, "")  # the text yielded so far, per request
         try:
             while pending:
                 for ev in self.step():
                     if ev.request_id not in pending:
                         continue
                     delta = ""
-                    if text is not None:
+                    if text is not None and ev.output is None:
                         delta = text[ev.request_id].add(ev.token_id)
-                        if ev.output is not None:
-                            delta += text[
-                                ev.request_id
-                            ].flush()  # bytes still held back at the end
+                    elif text is not None:  # the last token: the rest of the Output's text
+                        # (bytes held back, and never a stop token's own text)
+                        delta = ev.output.text[len(sent[ev.request_id]) :]
+                    sent[ev.request_id] += delta
                     if ev.output is not None:
                         pending.discard(ev.request_id)
                     yield ev.request_id, ev.token_id, delta

@@ -13,7 +13,9 @@ class Output:
     request_id: str
     prompt_ids: list[int]
     token_ids: list[int]
-    text: str  # the decoded tokens ("" when the engine has no tokenizer)
+    # the decoded tokens ("" when the engine has no tokenizer); a stop token that ended the
+    # request (EOS, stop_token_ids) is in token_ids but not in the text, as in vLLM
+    text: str
     finish_reason: str  # "length" (max_tokens reached) or "stop" (a stop token or EOS)
     ttft: float  # time to first token
     itl: list[float]  # inter-token latencies: the gaps between consecutive tokens

@@ -222,6 +222,28 @@ def test_string_prompts_use_the_checkpoint_tokenizer(tiny_default_path):
     assert out.text == tok.decode(out.token_ids) and len(out.token_ids) == 4
 
 
+def test_a_stop_token_is_in_the_token_ids_but_not_in_the_text(tiny_default_path):
+    """As in vLLM's offline LLM and this engine's server: the token that stopped the request
+    (here a stop_token_ids entry) ends its token ids, and its text is left out."""
+    from minillm.checkpoints import load_tokenizer
+
+    tok = load_tokenizer(tiny_default_path)
+    engine = LLMEngine(tiny_default_path, tokenizer=tok)
+    free = engine.generate("Hello", SamplingParams(max_tokens=6, ignore_eos=True))[0]
+    stop = free.token_ids[3]
+    first = free.token_ids.index(stop)
+    out = engine.generate(
+        "Hello", SamplingParams(max_tokens=6, ignore_eos=True, stop_token_ids=[stop])
+    )[0]
+    assert out.finish_reason == "stop" and out.token_ids == free.token_ids[: first + 1]
+    assert out.text == tok.decode(free.token_ids[:first])
+    assert free.finish_reason == "length" and free.text == tok.decode(free.token_ids)
+    streamed = engine.stream(
+        ["Hello"], SamplingParams(max_tokens=6, ignore_eos=True, stop_token_ids=[stop])
+    )
+    assert "".join(delta for _, _, delta in streamed) == out.text  # the stream says the same
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_batched_greedy_equals_one_at_a_time_on_cuda(model):

@@ -193,9 +193,7 @@ def test_64_greedy_tokens_through_the_engine_with_preemption_equal_transformers(
 def test_the_engine_answers_the_question(ours, tok, chats):
     engine = LLMEngine(ours, tokenizer=tok)
     out = engine.generate(chats[:1], SamplingParams(max_tokens=30))[0]
-    assert (
-        out.text == "The capital of France is Paris.<|im_end|>" and out.finish_reason == "stop"
-    )
+    assert out.text == "The capital of France is Paris." and out.finish_reason == "stop"
 
 
 def test_tensor_parallel_3_equals_1_and_2_is_refused(smollm2_path, ours, hf_gguf, hf64, chats):
