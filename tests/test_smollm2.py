@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from minillm.checkpoints import load_tokenizer, resolve_model, smollm2
-from minillm.checks.reference import FP32_BOUND, ROUNDING_FACTOR
+from minillm.checks.reference import rounding_bound
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
@@ -82,7 +82,7 @@ def fp32_bound(hf_gguf, hf64, ids: list[int]) -> float:
     """
     x = torch.tensor([ids])
     own = (hf_gguf(x).logits[0].double() - hf64(x).logits[0]).abs().max().item()
-    return max(FP32_BOUND, ROUNDING_FACTOR * own)
+    return rounding_bound(own)
 
 
 @pytest.fixture(scope="session")

@@ -49,7 +49,13 @@ def fp32_parity_bound(path, token_ids: list[int]) -> float:
     SmolLM2's 30 layers transformers itself is 9e-5 from the float64 answer on a 50-token chat.
     """
     own = hf_logits(path, token_ids).double() - hf_logits(path, token_ids, torch.float64)
-    return max(FP32_BOUND, ROUNDING_FACTOR * own.abs().max().item())
+    return rounding_bound(own.abs().max().item())
+
+
+def rounding_bound(own_error: float) -> float:
+    """The parity bound for a float32 run whose reference rounds by `own_error` against
+    float64: the book's 1e-4, or ROUNDING_FACTOR times that error if larger."""
+    return max(FP32_BOUND, ROUNDING_FACTOR * own_error)
 
 
 @torch.no_grad()
