@@ -30,7 +30,7 @@ KS = (2, 4, 8)
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--max-tokens", type=int, default=12)
+    p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--save", default=None)
     args = p.parse_args()
     torch.set_num_threads(args.threads)

@@ -1,19 +1,19 @@
 """bench/spec.py — speculative decoding off vs on, at concurrency 1 and 8, in one run.
 
     python -m minillm bench --speculative ngram          # n-gram prompt lookup, k = 4
-    python -m minillm bench --speculative draft          # a draft of the bench model's first 2
-    of 6 layers python -m minillm bench --speculative ngram --quick  # a smoke run on the tiny
-    default model python -m minillm bench --speculative ngram --save
-    benchmarks/results/spec_ngram_cpu.json
+    python -m minillm bench --speculative draft          # the bench model's first 2 of 6 layers
+    python -m minillm bench --speculative ngram --quick  # a smoke run on the tiny default model
+    python -m minillm bench --speculative ngram --save benchmarks/results/spec_ngram_cpu.json
 
 Every request is greedy (EOS ignored) and asks for `--max-tokens` new tokens; prompts repeat a
 short motif a few times and then add random tokens, as edits of code or documents repeat their
-context, which is where prompt lookup finds proposals. At each concurrency c the same seeded `c
-* --rounds` requests run through an engine with max_num_seqs = c, once without and once with
-speculation. Reported: output tokens per second of wall time (prefill included), target forwards
-per output token per request (1.0 without speculation: each step gives a request one token), the
-acceptance rate and the mean accepted length (tokens per verify, the bonus included). Tokens
-with and without speculation must be identical: the run fails otherwise.
+context, which is where prompt lookup finds proposals. At each concurrency c the same seeded
+c * --rounds requests run through an engine with max_num_seqs = c, without and with
+speculation, the passes alternating. Reported: output tokens per second of wall time (prefill
+included), target forwards per output token per request (1.0 without speculation: each step
+gives a request one token), the acceptance rate and the mean accepted length (tokens per
+verify, the bonus included). Tokens with and without speculation must be identical: the run
+fails otherwise.
 """
 
 from __future__ import annotations
@@ -208,13 +208,14 @@ def main(argv=None) -> int:
     rows, same = [], True
     for c in CONCURRENCY:
         prompts = make_workload(c * args.rounds, cfg.vocab_size, args.seed + c)
-        for name, s in (("plain", None), (args.speculative, spec)):
-            passes = [run(model, prompts, args.max_tokens, c, s) for _ in range(args.repeats)]
-            median = sorted(passes, key=lambda p: p["seconds"])[
-                len(passes) // 2
-            ]  # the median pass, all of it
-            r = dict(median, concurrency=c, name=name)
-            rows.append(r)
+        runs = (("plain", None), (args.speculative, spec))
+        passes = {name: [] for name, _ in runs}
+        for _ in range(args.repeats):  # alternate, so that both see the machine's same moments
+            for name, s in runs:
+                passes[name].append(run(model, prompts, args.max_tokens, c, s))
+        for name, _ in runs:
+            ranked = sorted(passes[name], key=lambda p: p["seconds"])
+            rows.append(dict(ranked[len(ranked) // 2], concurrency=c, name=name))  # the median
         same &= rows[-1]["tokens"] == rows[-2]["tokens"]
     print_table(rows)
     print_forward_costs(rows)
