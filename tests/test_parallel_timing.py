@@ -24,8 +24,14 @@ def test_decode_step_times_one_per_decode_step(model_path):
     assert len(times) == 3 and all(t > 0 for t in times)
 
 
-def test_decode_step_split_counts_time_in_collectives_only_across_ranks(model_path):
+def test_decode_step_split_clocks_every_rank_only_across_ranks(model_path):
     alone = decode_step_split(model_path, 1, batch=2, prompt_len=5, steps=2)
-    assert len(alone) == 2 and all(step > 0 and comm == 0 for step, comm in alone)
+    assert len(alone) == 2
+    for s in alone:
+        assert s.step_s > 0 and (s.send_s, s.collectives_s, s.workers) == (0.0, 0.0, [])
     tp2 = decode_step_split(model_path, 2, batch=2, prompt_len=5, steps=2)
-    assert len(tp2) == 2 and all(0 < comm < step for step, comm in tp2)
+    assert len(tp2) == 2
+    for s in tp2:
+        assert 0 < s.send_s < s.step_s and 0 < s.collectives_s < s.step_s
+        (rank1,) = s.workers  # it starts after rank 0 sent the batch, inside rank 0's step
+        assert 0 < rank1.handover_s < s.step_s and 0 < rank1.collectives_s < rank1.forward_s

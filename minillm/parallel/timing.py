@@ -5,8 +5,8 @@ of `world_size` processes and times `torch.distributed.all_reduce` itself, per c
 message size (after a barrier, so every rank starts the call together; the fastest call
 counts). `decode_step_times` times the engine's decode steps at a given `tensor_parallel_size`,
 so the two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
-all-reduces, plus the cost of handing the step to the workers. `decode_step_split` also says
-how much of each step rank 0 spent inside the collectives.
+all-reduces, plus the cost of handing the step to the workers. `decode_step_split` splits each
+step on every rank: the hand-over, each rank's forward, and its time inside the collectives.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 
 from minillm.checking import check_int
 from minillm.parallel.collectives import HOST
+from minillm.parallel.workers import RankTimes
 
 
 def _time_rank(rank, size, port, sizes, repeats, conn) -> None:
@@ -95,18 +97,27 @@ def decode_step_times(
     process included, gets half the machine's cores whatever the size, as one GPU is one GPU:
     TP=2 adds a second device rather than splitting one."""
     return [
-        step
-        for step, _ in decode_step_split(path, tensor_parallel_size, batch, prompt_len, steps)
+        s.step_s
+        for s in decode_step_split(path, tensor_parallel_size, batch, prompt_len, steps)
     ]
+
+
+@dataclass
+class StepSplit:
+    """One decode step at tensor_parallel_size N, clocked on every rank."""
+
+    step_s: float  # the engine's step, as the caller sees it
+    send_s: float  # rank 0 preparing the batch and handing it to the workers
+    collectives_s: float  # rank 0 inside the all-reduces and the logits' gather
+    workers: list[RankTimes]  # ranks 1 .. N-1, their own clocks of the same step
 
 
 def decode_step_split(
     path, tensor_parallel_size: int, batch: int, prompt_len: int, steps: int
-) -> list[tuple[float, float]]:
-    """(seconds of the step, seconds rank 0 spent inside collectives) for each decode step, as
-    in `decode_step_times`. The second is the all-reduces and the logits' gather as rank 0
-    waits in them: the transfer, and waiting for the other ranks to arrive (they start a step
-    after the hand-over and compute their own share)."""
+) -> list[StepSplit]:
+    """Each decode step of `decode_step_times`, split on every rank. Rank 0's time inside the
+    collectives is the transfer plus waiting for the other ranks to arrive: they start a step
+    after the hand-over and compute their own share. At size 1 only step_s is nonzero."""
     from minillm.engine import LLMEngine
     from minillm.sampling import SamplingParams
 
@@ -130,7 +141,12 @@ def decode_step_split(
                     tp.stats.reset()
                 start = time.perf_counter()
                 engine.step()
-                split.append((time.perf_counter() - start, tp.stats.seconds if tp else 0.0))
+                step_s = time.perf_counter() - start
+                if tp is None:
+                    split.append(StepSplit(step_s, 0.0, 0.0, []))
+                    continue
+                workers = engine.runner.workers.times()  # asked after the clock stopped
+                split.append(StepSplit(step_s, engine.runner.send_s, tp.stats.seconds, workers))
     finally:
         torch.set_num_threads(threads)
     return split

@@ -29,6 +29,7 @@ import threading
 import time
 import types
 import weakref
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -48,6 +49,18 @@ HOST = "127.0.0.1"
 
 class TensorParallelError(RuntimeError):
     """A worker died, hung or failed; the group is gone and the engine cannot step any more."""
+
+
+@dataclass
+class RankTimes:
+    """A worker's last forward, as it clocked it. perf_counter reads a clock that every process
+    of the machine shares (CLOCK_MONOTONIC on Linux), so the hand-over can be timed across
+    processes. The times are the host's: on a GPU, kernels and NCCL calls return before the
+    device has finished them, so only a CPU group's forward is timed in full."""
+
+    handover_s: float  # from rank 0 sending the batch to this rank starting: pickle, pipe
+    forward_s: float  # this rank's forward, its own preparation of the batch included
+    collectives_s: float  # the part of forward_s inside all-reduces and the gather
 
 
 def backend_for(device: torch.device) -> str:
@@ -117,7 +130,7 @@ def _worker_main(
             world_size=size,
             timeout=timedelta(seconds=timeout_s),
         )
-        runner = None
+        runner, last = None, None
         while True:
             while not conn.poll(
                 0.5
@@ -130,7 +143,14 @@ def _worker_main(
                 runner = ModelRunner(model, kv)
                 conn.send(("cache", sum(t.numel() * t.element_size() for t in kv.k + kv.v)))
             elif message[0] == "forward":
+                started = time.perf_counter()
+                model.tp.stats.reset()
                 runner.forward(message[1])  # the logits go to rank 0 inside the model's gather
+                last = RankTimes(
+                    started - message[2], time.perf_counter() - started, model.tp.stats.seconds
+                )
+            elif message[0] == "times":
+                conn.send(("times", last))
             elif message[0] == "stop":
                 break
         dist.destroy_process_group()
@@ -360,6 +380,11 @@ class TensorParallelWorkers:
         except (OSError, ValueError):  # a broken pipe: that worker is gone
             raise self.fail(f"sending {message[0]!r}") from None
 
+    def times(self) -> list[RankTimes]:
+        """Each worker's clock of its last forward (rank 1 first); None before any forward."""
+        self.send_all(("times",))
+        return [self._expect(rank, "times", self.timeout_s) for rank in range(1, self.size)]
+
     def runner(self, kv: PagedKVCache) -> TensorParallelRunner:
         return TensorParallelRunner(self, kv)
 
@@ -382,6 +407,7 @@ class TensorParallelRunner:
     def __init__(self, workers: TensorParallelWorkers, kv: PagedKVCache):
         self.workers, self.kv = workers, kv
         self.local = ModelRunner(workers.model, kv)
+        self.send_s = 0.0  # the last step's preparation and hand-over on rank 0
         self.model, self.device = self.local.model, self.local.device
         workers.send_all(("cache", kv.num_blocks, kv.block_size))
         own = sum(t.numel() * t.element_size() for t in kv.k + kv.v)
@@ -392,8 +418,10 @@ class TensorParallelRunner:
     def forward(self, batch: BatchInput) -> torch.Tensor:
         """Logits [M, vocab] on rank 0; a bad batch raises before any worker sees it."""
         self.workers.check_alive("before a step")
+        start = time.perf_counter()
         self.local.prepare(batch)
-        self.workers.send_all(("forward", batch))
+        self.workers.send_all(("forward", batch, time.perf_counter()))
+        self.send_s = time.perf_counter() - start  # rank 0's part of the hand-over
         try:
             return self.local.forward(batch)
         except (
