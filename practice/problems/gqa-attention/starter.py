@@ -1,19 +1,11 @@
-"""One Qwen3 attention block: projections, QK-norm, RoPE, grouped-query causal attention, output
-projection."""
+"""Causal sliding-window attention with grouped K/V heads, for one sequence of T tokens."""
 
 import torch
 
-from minillm.model import apply_rope  # noqa: F401  (you will need it)
 
-
-def attention_forward(
-    attn,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    num_heads: int,
-    num_kv_heads: int,
+def sliding_window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None
 ) -> torch.Tensor:
-    """x [B, T, hidden] -> [B, T, hidden]; attn is a minillm.model.Attention, cos/sin are [T, 1,
-    head_dim]."""
-    raise NotImplementedError("attention_forward")
+    """q [T, H, hd], k and v [T, KV, hd] -> [T, H, hd]; query i sees keys j <= i with
+    i - j < window (every j <= i when window is None)."""
+    raise NotImplementedError("sliding_window_attention")

@@ -1,195 +1,260 @@
-"""Tests for attention_forward: against a reference built from the block's own layers and
-PyTorch's
-scaled_dot_product_attention, over head groupings from 1 to 8 (powers of two or not), head sizes
-unrelated to the hidden size, batches and lengths; and the block's layers are counted as they
-run."""
+"""Tests for sliding_window_attention: against a float64 reference written here (one query head
+and one position at a time, keys j with j <= i and i - j < window, as Hugging Face's
+sliding_window_causal_mask_function), over head groupings from 1 to 8 (powers of two or not),
+windows from 1 to past the sequence, and dtypes; against minillm's causal_attention when there
+is no window; and which keys each query sees, read off one-hot values."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from grading import check_close, check_equal, check_shape, fail
 
-from minillm.model import Attention, ModelConfig, apply_rope, rope_cos_sin
+from minillm.model import causal_attention
 
 
-def make_attention(hidden, heads, kv_heads, head_dim, seed=0):
-    cfg = ModelConfig(
-        vocab_size=16,
-        hidden_size=hidden,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-    )
-    attn = Attention(cfg)
+def reference(q, k, v, window):
+    """The definition, in float64: query i of head h reads KV head h // (H // KV) and sees keys
+    max(0, i - window + 1) .. i (all of 0 .. i when window is None)."""
+    T, H, hd = q.shape
+    group = H // k.shape[1]
+    q, k, v = q.double(), k.double(), v.double()
+    out = torch.zeros(T, H, hd, dtype=torch.float64)
+    for h in range(H):
+        kv = h // group
+        for i in range(T):
+            first = 0 if window is None else max(0, i - window + 1)
+            scores = k[first : i + 1, kv] @ q[i, h] / hd**0.5  # [keys]
+            out[i, h] = scores.softmax(dim=0) @ v[first : i + 1, kv]
+    return out
+
+
+def minillm_causal(q, k, v):
+    """minillm.model.causal_attention on the one sequence (a batch of 1)."""
+    return causal_attention(q[None], k[None], v[None], q.shape[-1] ** -0.5)[0]
+
+
+def make(T, H, KV, hd, seed, dtype=torch.float32, spread=2.0):
+    """q, k, v with scores large enough that the softmax is far from uniform."""
     g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in attn.named_parameters():
-            if "norm" in name:  # QK-norm weights far from 1, so leaving them out shows
-                p.copy_(0.3 + 2.5 * torch.rand(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
-    return attn
+    q = spread * torch.randn(T, H, hd, generator=g, dtype=torch.float64)
+    k = torch.randn(T, KV, hd, generator=g, dtype=torch.float64)
+    v = torch.randn(T, KV, hd, generator=g, dtype=torch.float64)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
-def tables(T, head_dim, theta):
-    cos, sin = rope_cos_sin(torch.arange(T), head_dim, theta)
-    return cos[:, None, :], sin[:, None, :]
+def call(learner, q, k, v, window):
+    return learner.sliding_window_attention(q, k, v, window)
 
 
-@torch.no_grad()
-def reference(attn, x, cos, sin, heads, kv_heads):
-    B, T, _ = x.shape
-    q = attn.q_proj(x).view(B, T, heads, -1)
-    hd = q.shape[-1]
-    k, v = attn.k_proj(x).view(B, T, kv_heads, hd), attn.v_proj(x).view(B, T, kv_heads, hd)
-    q, k = apply_rope(attn.q_norm(q), cos, sin), apply_rope(attn.k_norm(k), cos, sin)
-    k, v = (t.repeat_interleave(heads // kv_heads, dim=2) for t in (k, v))
-    o = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+def what(q, k, window) -> str:
+    T, H, hd = q.shape
+    return (
+        f"sliding_window_attention(q [{T}, {H}, {hd}], k/v [{T}, {k.shape[1]}, {hd}], "
+        f"window={window})"
     )
-    return attn.o_proj(o.transpose(1, 2).reshape(B, T, heads * hd))
 
 
-def run(learner, attn, x, cos, sin, heads, kv_heads):
-    return learner.attention_forward(attn, x, cos, sin, heads, kv_heads)
-
-
-CONFIGS = [  # hidden, heads, kv_heads, head_dim, B, T, theta
-    (32, 4, 2, 8, 2, 7, 10_000.0),
-    (24, 4, 2, 8, 1, 5, 1e6),  # hidden != heads * head_dim, as in Qwen3
-    (48, 6, 2, 16, 2, 6, 500.0),  # groups of 3
-    (40, 8, 2, 12, 1, 9, 1e6),  # groups of 4
-    (36, 6, 6, 8, 2, 4, 10_000.0),  # one KV head per query head
-    (64, 10, 2, 10, 1, 3, 1e6),  # groups of 5
-    (
-        20,
-        3,
-        1,
-        24,
-        3,
-        1,
-        10_000.0,
-    ),  # one KV head for all, a single token, head_dim > hidden / heads
-    (16, 8, 8, 4, 1, 12, 100.0),
+CASES = [  # T, H, KV, hd, window
+    (7, 4, 2, 8, 3),
+    (9, 6, 2, 16, 4),  # groups of 3
+    (12, 8, 2, 12, 5),  # groups of 4
+    (6, 6, 6, 8, 2),  # one KV head per query head
+    (10, 10, 2, 10, 7),  # groups of 5
+    (5, 3, 1, 24, 2),  # every query head on one KV head
+    (1, 4, 2, 8, 1),  # a single token
+    (16, 8, 8, 4, 9),
+    (20, 4, 1, 8, 19),  # the window misses only the first key of the last query
+    (11, 4, 2, 8, None),  # no window: plain causal attention
 ]
 
 
-@pytest.mark.parametrize("case", range(len(CONFIGS)))
-def test_matches_the_reference_for_any_grouping(learner, case):
-    """Projections, QK-norm, RoPE, grouped-query causal attention scaled by 1/sqrt(head_dim),
-    then o_proj."""
-    hidden, heads, kv_heads, head_dim, B, T, theta = CONFIGS[case]
-    attn = make_attention(hidden, heads, kv_heads, head_dim, seed=case)
-    x = torch.randn(B, T, hidden, generator=torch.Generator().manual_seed(100 + case))
-    cos, sin = tables(T, head_dim, theta)
-    got = run(learner, attn, x, cos, sin, heads, kv_heads)
-    what = (
-        f"attention_forward(x [{B}, {T}, {hidden}]) with {heads} query heads, "
-        f"{kv_heads} KV heads of {head_dim}"
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_matches_the_reference_for_any_grouping_and_window(learner, case):
+    """Causal, the last `window` keys of each query (itself included), query head h on KV head
+    h // (H // KV), scores scaled by 1/sqrt(hd)."""
+    T, H, KV, hd, window = CASES[case]
+    q, k, v = make(T, H, KV, hd, seed=case)
+    check_close(
+        call(learner, q, k, v, window),
+        reference(q, k, v, window),
+        what(q, k, window),
+        atol=1e-5,
+        dtype=torch.float32,
     )
-    check_close(got, reference(attn, x, cos, sin, heads, kv_heads), what, atol=1e-5)
 
 
-@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 2), (8, 2)])
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 9, 10, 15, None])
+def test_each_query_sees_the_last_window_keys(learner, window):
+    """Query i sees key j when j <= i and i - j < window: window 3 gives query 5 the keys 3, 4
+    and 5 (Hugging Face's kv_idx > q_idx - sliding_window)."""
+    T = 10
+    q = torch.zeros(T, 2, T)  # every score is 0: the visible keys share the weight equally
+    k = torch.randn(T, 1, T, generator=torch.Generator().manual_seed(3))
+    v = torch.eye(T)[:, None, :]  # value j is the one-hot vector of position j
+    got = call(learner, q, k, v, window)
+    check_shape(got, (T, 2, T), what(q, k, window))
+    seen = [[j for j in range(T) if got[i, 0, j] > 1e-6] for i in range(T)]
+    expected = [
+        [j for j in range(T) if j <= i and (window is None or i - j < window)] for i in range(T)
+    ]
+    check_equal(
+        seen,
+        expected,
+        f"the keys each query 0..{T - 1} sees with window={window} (row i: the keys of query "
+        "i)",
+    )
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 2), (8, 2), (6, 3), (8, 4)])
 def test_query_heads_share_kv_heads_in_consecutive_groups(learner, heads, kv_heads):
-    """KV head j serves query heads j*group .. j*group+group-1: use repeat_interleave, not
-    repeat."""
-    head_dim, group = 8, heads // kv_heads
-    attn = make_attention(heads * head_dim, heads, kv_heads, head_dim, seed=7)
-    with torch.no_grad():
-        attn.o_proj.weight.copy_(
-            torch.eye(heads * head_dim)
-        )  # the output is then the heads side by side
-    x = torch.randn(1, 5, heads * head_dim, generator=torch.Generator().manual_seed(8))
-    cos, sin = tables(5, head_dim, 10_000.0)
-    got, expected = (
-        run(learner, attn, x, cos, sin, heads, kv_heads),
-        reference(attn, x, cos, sin, heads, kv_heads),
-    )
-    check_shape(got, expected.shape, f"attention_forward(x {list(x.shape)})")
+    """KV head j serves query heads j*group .. j*group + group - 1 (group = H // KV): repeat
+    each KV head in place, not the whole set of them."""
+    T, hd, group, window = 8, 8, heads // kv_heads, 3
+    q, k, v = make(T, heads, kv_heads, hd, seed=20 + heads + kv_heads)
+    v = v + 10 * torch.arange(kv_heads, dtype=v.dtype)[None, :, None]  # KV heads far apart
+    got, expected = call(learner, q, k, v, window), reference(q, k, v, window)
+    check_shape(got, expected.shape, what(q, k, window))
     for h in range(heads):
-        part = slice(head_dim * h, head_dim * (h + 1))
         check_close(
-            got[..., part],
-            expected[..., part],
-            f"the output of query head {h} of {heads} (it should use KV head {h // group})",
+            got[:, h],
+            expected[:, h],
+            f"the output of query head {h} of {heads} (it should read KV head {h // group} of "
+            f"{kv_heads})",
             atol=1e-5,
         )
 
 
-def test_qk_norm_normalises_each_head_before_rope(learner):
-    """Apply attn.q_norm / attn.k_norm to q and k viewed as [B, T, heads, head_dim], then
-    rotate."""
-    attn = make_attention(32, 2, 2, 16, seed=3)
-    x = 10 * torch.randn(
-        1, 4, 32, generator=torch.Generator().manual_seed(4)
-    )  # only a per-head norm rescales this
-    cos, sin = tables(4, 16, 10_000.0)
+@pytest.mark.parametrize("hd, heads", [(4, 8), (16, 2), (32, 4)])
+def test_scores_are_scaled_by_one_over_sqrt_head_dim(learner, hd, heads):
+    """softmax(q . k / sqrt(hd)): hd is the size of one head, not heads * hd, and the square
+    root, not hd itself."""
+    q, k, v = make(9, heads, 2, hd, seed=40 + hd, spread=3.0)
     check_close(
-        run(learner, attn, x, cos, sin, 2, 2),
-        reference(attn, x, cos, sin, 2, 2),
-        "attention_forward with QK-norm weights far from 1",
-        atol=1e-4,
-    )
-
-
-def test_future_tokens_do_not_change_the_past(learner):
-    """Mask the scores of keys after the query (upper triangle) with -inf before the softmax."""
-    attn = make_attention(32, 4, 2, 8)
-    x = torch.randn(1, 6, 32, generator=torch.Generator().manual_seed(5))
-    cos, sin = tables(6, 8, 10_000.0)
-    before = run(learner, attn, x, cos, sin, 4, 2)
-    changed = x.clone()
-    changed[:, 3:] += 5.0  # new tokens at positions 3..5
-    after = run(learner, attn, changed, cos, sin, 4, 2)
-    check_close(
-        after[:, :3],
-        before[:, :3],
-        "the outputs at positions 0..2 after changing tokens 3..5",
+        call(learner, q, k, v, 4),
+        reference(q, k, v, 4),
+        what(q, k, 4) + " with large scores",
         atol=1e-5,
     )
 
 
-def test_uses_the_blocks_layers_and_writes_the_attention_itself(learner):
-    """Call q_proj, k_proj, v_proj, q_norm, k_norm and o_proj; never the block's own forward
-    (that is the exercise)."""
-    attn = make_attention(24, 4, 2, 8, seed=9)
-    calls = {
-        name: 0
-        for name in (
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "q_norm",
-            "k_norm",
-            "o_proj",
-            "the block itself",
-        )
-    }
-    modules = {
-        **{name: getattr(attn, name) for name in list(calls)[:-1]},
-        "the block itself": attn,
-    }
-    hooks = [
-        m.register_forward_hook(lambda *_, n=name: calls.__setitem__(n, calls[n] + 1))
-        for name, m in modules.items()
-    ]
-    try:
-        x = torch.randn(2, 3, 24, generator=torch.Generator().manual_seed(10))
-        cos, sin = tables(3, 8, 10_000.0)
-        run(learner, attn, x, cos, sin, 4, 2)
-    finally:
-        for h in hooks:
-            h.remove()
-    if calls["the block itself"]:
-        fail(
-            "attention_forward called the block's own forward (attn(x, cos, sin)): write the "
-            "attention yourself"
-        )
-    check_equal(
-        {n: min(c, 1) for n, c in calls.items()},
-        {**{n: 1 for n in list(calls)[:-1]}, "the block itself": 0},
-        "which of the block's layers ran (1: at least once)",
+@pytest.mark.parametrize("window", [None, 1, 3, 100])
+def test_future_keys_do_not_change_the_past(learner, window):
+    """The window only removes old keys: a key after the query stays hidden whatever the
+    window."""
+    q, k, v = make(8, 4, 2, 8, seed=50)
+    before = call(learner, q, k, v, window)
+    k2, v2 = k.clone(), v.clone()
+    k2[4:] += 5.0  # new tokens at positions 4..7
+    v2[4:] -= 7.0
+    after = call(learner, q, k2, v2, window)
+    check_close(
+        after[:4],
+        before[:4],
+        f"the outputs at positions 0..3 after changing the keys and values of tokens 4..7, "
+        f"window={window}",
+        atol=1e-6,
     )
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 2), (5, 5), (8, 1)])
+def test_no_window_is_minillms_causal_attention(learner, heads, kv_heads):
+    """window=None is ordinary causal attention with grouped K/V heads: chapter 1's
+    causal_attention."""
+    q, k, v = make(11, heads, kv_heads, 8, seed=60 + heads)
+    check_close(
+        call(learner, q, k, v, None), minillm_causal(q, k, v), what(q, k, None), atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("extra", [0, 1, 1000])
+def test_a_window_as_long_as_the_sequence_is_plain_causal(learner, extra):
+    """With window >= T every query already sees all its past: the same as no window."""
+    T = 9
+    q, k, v = make(T, 6, 3, 8, seed=70 + extra)
+    check_close(
+        call(learner, q, k, v, T + extra),
+        minillm_causal(q, k, v),
+        what(q, k, T + extra) + ", which should equal causal attention",
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (3, 1)])
+def test_a_window_of_one_sees_only_the_token_itself(learner, heads, kv_heads):
+    """window=1: query i sees key i alone (weight 1), so its output is value i of its KV head;
+    never hide the diagonal."""
+    q, k, v = make(7, heads, kv_heads, 8, seed=80, spread=5.0)
+    expected = v.repeat_interleave(heads // kv_heads, dim=1)
+    check_close(call(learner, q, k, v, 1), expected, what(q, k, 1), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_returns_qs_shape_and_dtype(learner, dtype):
+    """[T, H, hd] in q's dtype: float64 in, float64 out (as exact as the reference)."""
+    q, k, v = make(13, 6, 2, 4, seed=90, dtype=dtype)
+    atol = 1e-12 if dtype == torch.float64 else 1e-5
+    check_close(
+        call(learner, q, k, v, 5),
+        reference(q, k, v, 5),
+        f"{what(q, k, 5)} in {dtype}",
+        atol=atol,
+        dtype=dtype,
+    )
+
+
+def source_under_test(request) -> tuple[Path, str]:
+    """The file the `learner` fixture imported (judge_plugin.learner_for), and its text."""
+    import judge_plugin
+    from protocol import FILE_ENV, SOLUTION
+
+    callspec = getattr(request.node, "callspec", None)
+    target = callspec.params.get("learner") if callspec else None
+    if target is None:
+        target = "file" if os.environ.get(FILE_ENV) else SOLUTION
+    path = judge_plugin.target_path(Path(str(request.fspath)).parent, target)
+    return path, path.read_text(encoding="utf-8")
+
+
+def uses_of_minillm(source: str) -> list[tuple[int, str]]:
+    """(line, code) of every import of minillm, and every name or string naming it outside
+    docstrings."""
+    tree, found = ast.parse(source), []
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            hit = any(a.name.split(".")[0] == "minillm" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            hit = (node.module or "").split(".")[0] == "minillm"
+        elif isinstance(node, ast.Name):
+            hit = node.id == "minillm"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            hit = "minillm" in node.value and id(node) not in docstrings
+        else:
+            hit = False
+        if hit:
+            found.append((node.lineno, ast.get_source_segment(source, node) or ""))
+    return sorted(set(found))
+
+
+def test_writes_the_attention_with_torch_alone(learner, request):
+    """Write the mask, the grouping and the softmax yourself, with torch: the file may not
+    import minillm (causal_attention is chapter 1's answer, not yours)."""
+    q, k, v = make(6, 4, 2, 8, seed=99)
+    check_close(call(learner, q, k, v, 2), reference(q, k, v, 2), what(q, k, 2), atol=1e-5)
+    path, source = source_under_test(request)
+    uses = uses_of_minillm(source)
+    if uses:
+        line, code = uses[0]
+        fail(
+            f"{path.name} uses minillm (line {line}: {code.splitlines()[0]}): write the "
+            "attention with torch alone, not with minillm's causal_attention"
+        )

@@ -1,36 +1,24 @@
-"""Wrong: gives query head h the KV head h % num_kv_heads instead of h // group.
+"""Wrong: gives query head h the KV head h % KV instead of h // (H // KV).
 
-Caught by: test_matches_the_reference_for_any_grouping.
+Caught by: test_query_heads_share_kv_heads_in_consecutive_groups.
 """
 
 import torch
 
-from minillm.model import apply_rope  # noqa: F401  (you will need it)
 
-
-def attention_forward(
-    attn,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    num_heads: int,
-    num_kv_heads: int,
+def sliding_window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None
 ) -> torch.Tensor:
-    """x [B, T, hidden] -> [B, T, hidden]; attn is a minillm.model.Attention, cos/sin are [T, 1,
-    head_dim]."""
-    B, T, _ = x.shape
-    q = attn.q_proj(x).view(B, T, num_heads, -1)  # [B, T, H, hd]
-    head_dim = q.shape[-1]
-    k = attn.k_proj(x).view(B, T, num_kv_heads, head_dim)  # [B, T, KV, hd]
-    v = attn.v_proj(x).view(B, T, num_kv_heads, head_dim)
-    q = apply_rope(attn.q_norm(q), cos, sin)  # each head normalised, then rotated
-    k = apply_rope(attn.k_norm(k), cos, sin)
-    group = num_heads // num_kv_heads
-    k = k[:, :, torch.arange(num_heads) % num_kv_heads]
-    v = v[:, :, torch.arange(num_heads) % num_kv_heads]
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, hd]
-    scores = q @ k.transpose(-1, -2) / head_dim**0.5  # [B, H, T, T]
-    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(diagonal=1)
-    weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
-    out = (weights @ v).transpose(1, 2).reshape(B, T, num_heads * head_dim)  # [B, T, H*hd]
-    return attn.o_proj(out)
+    """q [T, H, hd], k and v [T, KV, hd] -> [T, H, hd]; query i sees keys j <= i with
+    i - j < window (every j <= i when window is None)."""
+    T, H, hd = q.shape
+    kv_of_head = torch.arange(H, device=q.device) % k.shape[1]  # the KV heads in turn
+    k, v = k[:, kv_of_head], v[:, kv_of_head]  # [T, H, hd]: each KV head once per query head
+    scores = torch.einsum("ihd,jhd->hij", q, k) * hd**-0.5  # [H, query i, key j]
+    i = torch.arange(T, device=q.device)[:, None]
+    j = torch.arange(T, device=q.device)[None, :]
+    visible = j <= i  # causal
+    if window is not None:
+        visible = visible & (i - j < window)  # the last `window` positions, i itself included
+    weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
+    return torch.einsum("hij,jhd->ihd", weights, v)

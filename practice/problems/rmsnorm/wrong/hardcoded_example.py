@@ -1,6 +1,6 @@
-"""Wrong: fits the problem's example only (two features, the example's eps values).
+"""Wrong: fits the problem's example only (two features, the example's sums).
 
-Caught by: test_matches_minillm_for_any_shape_and_eps.
+Caught by: test_fused_matches_float64_for_any_shape_and_eps.
 """
 
 import torch
@@ -8,5 +8,12 @@ import torch
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     a, b = x[..., :1], x[..., 1:2]
-    rms = torch.sqrt((a * a + b * b) / 2 + eps)
-    return weight * (x / rms)
+    return weight * (x / torch.sqrt((a * a + b * b) / 2 + eps))
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    s = x + residual
+    a, b = s[..., :1], s[..., 1:2]
+    return weight * (s / torch.sqrt((a * a + b * b) / 2 + eps)), s

@@ -1,0 +1,18 @@
+"""Wrong: normalises x alone; the residual is added for new_residual only.
+
+Caught by: test_normalises_the_sum_not_x.
+"""
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    x32 = x.float()
+    inv_rms = torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return weight * (x32 * inv_rms).to(x.dtype)
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return rms_norm(x, weight, eps), (x.float() + residual.float()).to(x.dtype)
