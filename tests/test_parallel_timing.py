@@ -35,3 +35,25 @@ def test_decode_step_split_clocks_every_rank_only_across_ranks(model_path):
         assert 0 < s.send_s < s.step_s and 0 < s.collectives_s < s.step_s
         (rank1,) = s.workers  # it starts after rank 0 sent the batch, inside rank 0's step
         assert 0 < rank1.handover_s < s.step_s and 0 < rank1.collectives_s < rank1.forward_s
+        # 2L + 1 all-reduces and the logits' gather on each rank; waiting and transfer add up
+        # to each rank's time inside them
+        assert len(s.calls) == len(rank1.calls) == 2 * 2 + 2
+        for (wait, transfer), inside in zip(
+            s.waiting(), (s.collectives_s, rank1.collectives_s), strict=True
+        ):
+            assert wait >= 0 and transfer >= 0
+            assert abs(wait + transfer - inside) < 1e-6
+
+
+def test_waiting_is_the_time_before_the_last_rank_arrives():
+    from minillm.parallel.timing import StepSplit
+    from minillm.parallel.workers import RankTimes
+
+    # rank 0 enters at 1.0 and rank 1 at 3.0: rank 0 waits 2; both then spend 1 in the transfer.
+    # In the second call rank 1 is first and waits 0.5 for rank 0
+    rank1 = RankTimes(0.1, 10.0, 2.5, [(3.0, 4.0), (5.0, 5.6)])
+    s = StepSplit(12.0, 0.2, 3.5, [rank1], [(1.0, 4.0), (5.5, 6.0)])
+    (w0, t0), (w1, t1) = s.waiting()
+    assert (w0, t0) == pytest.approx((2.0, 1.5)) and (w1, t1) == pytest.approx((0.5, 1.1))
+    with pytest.raises(ValueError, match=r"\[2, 1\] collective calls"):
+        StepSplit(12.0, 0.2, 3.5, [RankTimes(0.1, 10.0, 1.0, [(3.0, 4.0)])], s.calls).waiting()

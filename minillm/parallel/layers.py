@@ -48,18 +48,27 @@ VOCAB = ("embed_tokens", "lm_head")  # split along the vocabulary (dim 0)
 
 @dataclass
 class CommStats:
-    """What one rank sent through the group: calls and payload bytes, by collective, and the
-    seconds it spent inside them (waiting for the other ranks included)."""
+    """What one rank sent through the group: calls and payload bytes, by collective, the
+    seconds it spent inside them (waiting for the other ranks included), and when it entered
+    and left each one (perf_counter, a clock the machine's processes share)."""
 
     all_reduce: int = 0
     all_reduce_bytes: int = 0
     gather: int = 0
     gather_bytes: int = 0
     seconds: float = 0.0
+    calls: list[tuple[float, float]] = field(default_factory=list)  # (entered, left), in order
 
     def reset(self) -> None:
         self.all_reduce = self.all_reduce_bytes = self.gather = self.gather_bytes = 0
         self.seconds = 0.0
+        self.calls = []
+
+    def clock(self, start: float) -> None:
+        """Count a collective entered at `start` that has just returned."""
+        end = time.perf_counter()
+        self.seconds += end - start
+        self.calls.append((start, end))
 
 
 @dataclass
@@ -84,7 +93,7 @@ class TensorParallelGroup:
         self.stats.all_reduce_bytes += x.numel() * x.element_size()
         start = time.perf_counter()
         x = self.sum_over_ranks(x)
-        self.stats.seconds += time.perf_counter() - start
+        self.stats.clock(start)
         return x
 
     def sum_over_ranks(self, x: torch.Tensor) -> torch.Tensor:
@@ -104,7 +113,7 @@ class TensorParallelGroup:
         self.stats.gather_bytes += x.numel() * x.element_size()
         start = time.perf_counter()
         parts = self.gather_to_first(x.contiguous())
-        self.stats.seconds += time.perf_counter() - start
+        self.stats.clock(start)
         return torch.cat(parts, dim=-1)[..., :total] if self.rank == 0 else None
 
     def gather_to_first(self, x: torch.Tensor) -> list[torch.Tensor] | None:

@@ -110,6 +110,24 @@ class StepSplit:
     send_s: float  # rank 0 preparing the batch and handing it to the workers
     collectives_s: float  # rank 0 inside the all-reduces and the logits' gather
     workers: list[RankTimes]  # ranks 1 .. N-1, their own clocks of the same step
+    calls: list[tuple[float, float]]  # rank 0's (entered, left) of each collective, in order
+
+    def waiting(self) -> list[tuple[float, float]]:
+        """(waiting, in the transfer) seconds of each rank, rank 0 first, summed over the
+        step's collectives. A rank waits from entering a collective until the last rank enters
+        it; what it spends inside after that is the transfer. Every rank calls the same
+        collectives in the same order, and all ranks read one clock, so the calls line up."""
+        ranks = [self.calls] + [w.calls for w in self.workers]
+        if len({len(calls) for calls in ranks}) != 1:
+            raise ValueError(f"the ranks made {[len(c) for c in ranks]} collective calls")
+        totals = [[0.0, 0.0] for _ in ranks]
+        for meeting in zip(*ranks):  # one collective: (entered, left) on each rank
+            last_in = max(entered for entered, _ in meeting)
+            for total, (entered, left) in zip(totals, meeting):
+                wait = min(left - entered, max(0.0, last_in - entered))
+                total[0] += wait
+                total[1] += left - entered - wait  # a sender may leave before the last arrives
+        return [(w, t) for w, t in totals]
 
 
 def decode_step_split(
@@ -143,10 +161,15 @@ def decode_step_split(
                 engine.step()
                 step_s = time.perf_counter() - start
                 if tp is None:
-                    split.append(StepSplit(step_s, 0.0, 0.0, []))
+                    split.append(StepSplit(step_s, 0.0, 0.0, [], []))
                     continue
                 workers = engine.runner.workers.times()  # asked after the clock stopped
-                split.append(StepSplit(step_s, engine.runner.send_s, tp.stats.seconds, workers))
+                split.append(
+                    StepSplit(
+                        step_s, engine.runner.send_s, tp.stats.seconds, workers,
+                        list(tp.stats.calls),
+                    )
+                )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     return split

@@ -61,6 +61,7 @@ class RankTimes:
     handover_s: float  # from rank 0 sending the batch to this rank starting: pickle, pipe
     forward_s: float  # this rank's forward, its own preparation of the batch included
     collectives_s: float  # the part of forward_s inside all-reduces and the gather
+    calls: list[tuple[float, float]]  # (entered, left) of each collective, in order
 
 
 def backend_for(device: torch.device) -> str:
@@ -146,8 +147,12 @@ def _worker_main(
                 started = time.perf_counter()
                 model.tp.stats.reset()
                 runner.forward(message[1])  # the logits go to rank 0 inside the model's gather
+                stats = model.tp.stats
                 last = RankTimes(
-                    started - message[2], time.perf_counter() - started, model.tp.stats.seconds
+                    started - message[2],
+                    time.perf_counter() - started,
+                    stats.seconds,
+                    list(stats.calls),
                 )
             elif message[0] == "times":
                 conn.send(("times", last))
