@@ -57,3 +57,18 @@ def test_waiting_is_the_time_before_the_last_rank_arrives():
     assert (w0, t0) == pytest.approx((2.0, 1.5)) and (w1, t1) == pytest.approx((0.5, 1.1))
     with pytest.raises(ValueError, match=r"\[2, 1\] collective calls"):
         StepSplit(12.0, 0.2, 3.5, [RankTimes(0.1, 10.0, 1.0, [(3.0, 4.0)])], s.calls).waiting()
+
+
+def test_comm_stats_keep_each_call_only_when_asked():
+    import time
+
+    from minillm.parallel.layers import CommStats
+
+    stats = CommStats()
+    stats.clock(time.perf_counter())  # a long-lived engine: counts, but no list that grows
+    assert stats.calls == [] and stats.seconds >= 0
+    stats.record_calls = True
+    stats.clock(time.perf_counter())
+    assert len(stats.calls) == 1 and stats.calls[0][0] <= stats.calls[0][1]
+    stats.reset()
+    assert stats.calls == [] and stats.record_calls

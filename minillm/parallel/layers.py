@@ -58,6 +58,8 @@ class CommStats:
     gather_bytes: int = 0
     seconds: float = 0.0
     calls: list[tuple[float, float]] = field(default_factory=list)  # (entered, left), in order
+    record_calls: bool = False  # keep `calls` (a timing run): off, a long-lived engine's list
+    # would grow by 2L + 2 entries every step
 
     def reset(self) -> None:
         self.all_reduce = self.all_reduce_bytes = self.gather = self.gather_bytes = 0
@@ -68,7 +70,8 @@ class CommStats:
         """Count a collective entered at `start` that has just returned."""
         end = time.perf_counter()
         self.seconds += end - start
-        self.calls.append((start, end))
+        if self.record_calls:
+            self.calls.append((start, end))
 
 
 @dataclass

@@ -154,6 +154,8 @@ def decode_step_split(
                 engine.add_request(p, greedy)
             engine.step()  # the prefills
             tp = engine.model.tp  # None in one process: nothing to wait for
+            if tp is not None:
+                tp.stats.record_calls = True  # rank 0's; the workers keep their last forward's
             while engine.has_unfinished():
                 if tp is not None:
                     tp.stats.reset()

@@ -145,7 +145,8 @@ def _worker_main(
                 conn.send(("cache", sum(t.numel() * t.element_size() for t in kv.k + kv.v)))
             elif message[0] == "forward":
                 started = time.perf_counter()
-                model.tp.stats.reset()
+                model.tp.stats.reset()  # so that `calls` holds this forward's only
+                model.tp.stats.record_calls = True
                 runner.forward(message[1])  # the logits go to rank 0 inside the model's gather
                 stats = model.tp.stats
                 last = RankTimes(
