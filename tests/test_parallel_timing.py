@@ -51,12 +51,13 @@ def test_waiting_is_the_time_before_the_last_rank_arrives():
 
     # rank 0 enters at 1.0 and rank 1 at 3.0: rank 0 waits 2; both then spend 1 in the transfer.
     # In the second call rank 1 is first and waits 0.5 for rank 0
-    rank1 = RankTimes(0.1, 10.0, 2.5, [(3.0, 4.0), (5.0, 5.6)])
-    s = StepSplit(12.0, 0.2, 3.5, [rank1], [(1.0, 4.0), (5.5, 6.0)])
+    rank1 = RankTimes(0.1, 10.0, [(3.0, 4.0), (5.0, 5.6)])
+    s = StepSplit(12.0, 0.2, [rank1], [(1.0, 4.0), (5.5, 6.0)])
+    assert (s.collectives_s, rank1.collectives_s) == pytest.approx((3.5, 1.6))
     (w0, t0), (w1, t1) = s.waiting()
     assert (w0, t0) == pytest.approx((2.0, 1.5)) and (w1, t1) == pytest.approx((0.5, 1.1))
     with pytest.raises(ValueError, match=r"\[2, 1\] collective calls"):
-        StepSplit(12.0, 0.2, 3.5, [RankTimes(0.1, 10.0, 1.0, [(3.0, 4.0)])], s.calls).waiting()
+        StepSplit(12.0, 0.2, [RankTimes(0.1, 10.0, [(3.0, 4.0)])], s.calls).waiting()
 
 
 def test_comm_stats_keep_each_call_only_when_asked():

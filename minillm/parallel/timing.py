@@ -108,9 +108,13 @@ class StepSplit:
 
     step_s: float  # the engine's step, as the caller sees it
     send_s: float  # rank 0 preparing the batch and handing it to the workers
-    collectives_s: float  # rank 0 inside the all-reduces and the logits' gather
     workers: list[RankTimes]  # ranks 1 .. N-1, their own clocks of the same step
     calls: list[tuple[float, float]]  # rank 0's (entered, left) of each collective, in order
+
+    @property
+    def collectives_s(self) -> float:
+        """Rank 0's time inside the all-reduces and the logits' gather."""
+        return sum(left - entered for entered, left in self.calls)
 
     def waiting(self) -> list[tuple[float, float]]:
         """(waiting, in the transfer) seconds of each rank, rank 0 first, summed over the
@@ -124,9 +128,10 @@ class StepSplit:
         for meeting in zip(*ranks):  # one collective: (entered, left) on each rank
             last_in = max(entered for entered, _ in meeting)
             for total, (entered, left) in zip(totals, meeting):
+                # capped by the call: a gather's sender may leave before the last rank arrives
                 wait = min(left - entered, max(0.0, last_in - entered))
                 total[0] += wait
-                total[1] += left - entered - wait  # a sender may leave before the last arrives
+                total[1] += left - entered - wait
         return [(w, t) for w, t in totals]
 
 
@@ -163,15 +168,10 @@ def decode_step_split(
                 engine.step()
                 step_s = time.perf_counter() - start
                 if tp is None:
-                    split.append(StepSplit(step_s, 0.0, 0.0, [], []))
+                    split.append(StepSplit(step_s, 0.0, [], []))
                     continue
                 workers = engine.runner.workers.times()  # asked after the clock stopped
-                split.append(
-                    StepSplit(
-                        step_s, engine.runner.send_s, tp.stats.seconds, workers,
-                        list(tp.stats.calls),
-                    )
-                )  # fmt: skip
+                split.append(StepSplit(step_s, engine.runner.send_s, workers, tp.stats.calls))
     finally:
         torch.set_num_threads(threads)
     return split

@@ -60,8 +60,12 @@ class RankTimes:
 
     handover_s: float  # from rank 0 sending the batch to this rank starting: pickle, pipe
     forward_s: float  # this rank's forward, its own preparation of the batch included
-    collectives_s: float  # the part of forward_s inside all-reduces and the gather
     calls: list[tuple[float, float]]  # (entered, left) of each collective, in order
+
+    @property
+    def collectives_s(self) -> float:
+        """The part of forward_s inside all-reduces and the gather."""
+        return sum(left - entered for entered, left in self.calls)
 
 
 def backend_for(device: torch.device) -> str:
@@ -132,6 +136,7 @@ def _worker_main(
             timeout=timedelta(seconds=timeout_s),
         )
         runner, last = None, None
+        model.tp.stats.record_calls = True  # bounded: reset at every forward
         while True:
             while not conn.poll(
                 0.5
@@ -146,14 +151,9 @@ def _worker_main(
             elif message[0] == "forward":
                 started = time.perf_counter()
                 model.tp.stats.reset()  # so that `calls` holds this forward's only
-                model.tp.stats.record_calls = True
                 runner.forward(message[1])  # the logits go to rank 0 inside the model's gather
-                stats = model.tp.stats
                 last = RankTimes(
-                    started - message[2],
-                    time.perf_counter() - started,
-                    stats.seconds,
-                    list(stats.calls),
+                    started - message[2], time.perf_counter() - started, model.tp.stats.calls
                 )
             elif message[0] == "times":
                 conn.send(("times", last))
