@@ -33,6 +33,14 @@ class SlotKVCache:
         [length, kv_heads, head_dim]."""
         raise NotImplementedError("SlotKVCache.append")
 
+    def append_step(
+        self, request_ids: list, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """One new token for each of N requests, k, v [N, kv_heads, head_dim], written with one
+        indexed assignment; return the histories [N, longest, kv_heads, head_dim] and their
+        lengths."""
+        raise NotImplementedError("SlotKVCache.append_step")
+
     def used_tokens(self) -> int:
         raise NotImplementedError("SlotKVCache.used_tokens")
 

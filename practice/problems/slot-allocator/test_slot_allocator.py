@@ -274,3 +274,153 @@ def test_random_workload_follows_the_rules(learner, seed):
             [sum(len(h) for h in history.values()), len(slots) * max_ctx],
             f"{what}: [used, reserved] tokens",
         )
+
+
+def token(value, kv_heads=1, head_dim=2):
+    """One new token [kv_heads, head_dim] per request: a k row and its v row."""
+    t = torch.full((kv_heads, head_dim), float(value))
+    return t, -t
+
+
+def test_append_step_pads_to_the_longest(learner):
+    """job-a holds 3 tokens, job-b none: one step for [job-b, job-a] returns [2, 4, ...]
+    histories, in that order, and lengths [1, 4]."""
+    cache = learner.SlotKVCache(3, 8, 1, 2)
+    cache.acquire("job-a"), cache.acquire("job-b")
+    first = kv(3, 1)
+    cache.append("job-a", *first)
+    (kb, vb), (ka, va) = token(7), token(8)
+    k, v, lengths = cache.append_step(
+        ["job-b", "job-a"], torch.stack([kb, ka]), torch.stack([vb, va])
+    )
+    check_equal(
+        list(lengths), [1, 4], "the lengths returned by append_step(['job-b', 'job-a'])"
+    )
+    check_equal(
+        [tuple(k.shape), tuple(v.shape)],
+        [(2, 4, 1, 2)] * 2,
+        "the shapes of the histories returned (padded to the longest, 4 tokens)",
+    )
+    check_close(k[0, :1], kb[None], "row 0 of the keys returned (job-b's history)", atol=0)
+    check_close(
+        k[1, :4], torch.cat([first[0], ka[None]]), "row 1 of the keys returned (job-a)", atol=0
+    )
+    check_close(
+        v[1, :4],
+        torch.cat([first[1], va[None]]),
+        "row 1 of the values returned (job-a)",
+        atol=0,
+    )
+    check_equal(cache.used_tokens(), 5, "used_tokens() after the step")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_append_step_equals_separate_appends(learner, seed):
+    """Steps over random subsets of the requests, in random order: the same histories, lengths
+    and buffers as one append per request."""
+    rng = random.Random(seed)
+    max_batch, max_ctx, kv_heads, head_dim = (
+        rng.randint(2, 6),
+        rng.randint(6, 16),
+        rng.randint(1, 3),
+        rng.randint(1, 4),
+    )
+    stepped = learner.SlotKVCache(max_batch, max_ctx, kv_heads, head_dim)
+    separate = learner.SlotKVCache(max_batch, max_ctx, kv_heads, head_dim)
+    ids = [f"r{i}" for i in range(max_batch)]
+    rng.shuffle(ids)  # so that slot order and request order differ
+    lengths = {}
+    for rid in ids:
+        stepped.acquire(rid), separate.acquire(rid)
+        lengths[rid] = rng.randint(0, 3)
+        if lengths[rid]:
+            prompt = kv(lengths[rid], rng.randint(1, 9), kv_heads, head_dim)
+            stepped.append(rid, *prompt)
+            separate.append(rid, *prompt)
+    g = torch.Generator().manual_seed(seed)
+    for step in range(4):
+        what = f"seed {seed}, step {step} (max_batch {max_batch}, max_ctx {max_ctx})"
+        group = rng.sample(ids, rng.randint(1, len(ids)))
+        k = torch.randn(len(group), kv_heads, head_dim, generator=g)
+        v = torch.randn(len(group), kv_heads, head_dim, generator=g)
+        got_k, got_v, got_lengths = stepped.append_step(group, k, v)
+        expected = [
+            separate.append(rid, k[i : i + 1], v[i : i + 1]) for i, rid in enumerate(group)
+        ]
+        for rid in group:
+            lengths[rid] += 1
+        check_equal(
+            list(got_lengths), [lengths[r] for r in group], f"{what}: the lengths of {group}"
+        )
+        longest = max(lengths[r] for r in group)
+        check_equal(
+            [tuple(got_k.shape), tuple(got_v.shape)],
+            [(len(group), longest, kv_heads, head_dim)] * 2,
+            f"{what}: the shapes of the histories of {group}",
+        )
+        for i, (rid, (ek, ev)) in enumerate(zip(group, expected)):
+            check_close(got_k[i, : lengths[rid]], ek, f"{what}: the keys of {rid!r}", atol=0)
+            check_close(got_v[i, : lengths[rid]], ev, f"{what}: the values of {rid!r}", atol=0)
+        for rid in ids:
+            s, n = stepped.slot_of(rid), lengths[rid]
+            check_close(
+                stepped.k[s, :n],
+                separate.k[separate.slot_of(rid), :n],
+                f"{what}: cache.k of {rid!r} in its slot",
+                atol=0,
+            )
+        check_equal(stepped.used_tokens(), separate.used_tokens(), f"{what}: used_tokens()")
+
+
+def test_append_step_refuses_a_duplicate_request(learner):
+    """One step with job-5 twice would write one (slot, offset) twice: ValueError naming job-5,
+    and nothing written."""
+    cache = learner.SlotKVCache(3, 8, 1, 2)
+    cache.acquire("job-5"), cache.acquire("job-9")
+    cache.append("job-5", *kv(2, 1))
+    k, v = torch.stack([token(3)[0], token(4)[0], token(5)[0]]), torch.zeros(3, 1, 2)
+    error = check_raises(
+        ValueError,
+        cache.append_step,
+        ["job-5", "job-9", "job-5"],
+        k,
+        v,
+        what="append_step(['job-5', 'job-9', 'job-5'])",
+    )
+    check_names(error, "job-5", "append_step with job-5 twice")
+    check_equal(cache.used_tokens(), 2, "used_tokens() after the refused step")
+    got, _ = cache.append("job-5", *kv(1, 6))
+    check_close(
+        got,
+        torch.cat([kv(2, 1)[0], kv(1, 6)[0]]),
+        "the keys of job-5 after the refused step and one append",
+        atol=0,
+    )
+
+
+@pytest.mark.parametrize("fault", ["unknown", "full"])
+def test_append_step_errors_change_nothing(learner, fault):
+    """A request without a slot, or one whose slot is full, last in the step: ValueError naming
+    it, and the requests before it are not written either."""
+    cache = learner.SlotKVCache(3, 3, 1, 2)
+    cache.acquire("job-1"), cache.acquire("job-2")
+    cache.append("job-1", *kv(1, 1))
+    cache.append("job-2", *kv(3, 2))  # job-2's slot is full
+    bad = "ghost" if fault == "unknown" else "job-2"
+    error = check_raises(
+        ValueError,
+        cache.append_step,
+        ["job-1", bad],
+        torch.ones(2, 1, 2),
+        torch.ones(2, 1, 2),
+        what=f"append_step(['job-1', {bad!r}]) ({fault})",
+    )
+    check_names(error, bad, f"append_step with {bad!r} ({fault})")
+    check_equal(cache.used_tokens(), 4, f"used_tokens() after the refused step ({fault})")
+    got, _ = cache.append("job-1", *kv(1, 5))
+    check_close(
+        got,
+        torch.cat([kv(1, 1)[0], kv(1, 5)[0]]),
+        f"the keys of job-1 after the refused step ({fault}) and one append",
+        atol=0,
+    )

@@ -61,6 +61,33 @@ class SlotKVCache:
         self.lengths[0] = end
         return self.k[slot, :end], self.v[slot, :end]
 
+    def append_step(
+        self, request_ids: list, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """One new token for each of N requests, k, v [N, kv_heads, head_dim], written with one
+        indexed assignment; return the histories [N, longest, kv_heads, head_dim] and their
+        lengths."""
+        seen = set()
+        for request_id in request_ids:
+            if request_id in seen:  # two writes to one (slot, offset): only one would land
+                raise ValueError(f"request {request_id!r} appears twice in one step")
+            seen.add(request_id)
+        slots = [self.slot_of(r) for r in request_ids]  # ValueError for a request without one
+        for request_id, slot in zip(request_ids, slots):
+            if self.lengths[slot] == self.max_ctx:
+                raise ValueError(
+                    f"request {request_id!r} already holds max_ctx={self.max_ctx} tokens"
+                )
+        rows = torch.tensor(slots)  # [N]
+        cols = torch.tensor([self.lengths[s] for s in slots])  # [N]: each slot's offset
+        # one scatter for all N tokens, which needs distinct (row, col) pairs
+        self.k[rows, cols], self.v[rows, cols] = k, v
+        for slot in slots:
+            self.lengths[slot] += 1
+        lengths = [self.lengths[s] for s in slots]
+        longest = max(lengths)
+        return self.k[rows, :longest], self.v[rows, :longest], lengths
+
     def used_tokens(self) -> int:
         return sum(self.lengths[s] for s in self.slots.values())
 
