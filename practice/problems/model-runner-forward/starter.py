@@ -3,8 +3,6 @@ model's own forward."""
 
 import torch
 
-from minillm.paged import paged_attention  # noqa: F401  (you will need it)
-
 
 class PagedBackend:
     """The attention backend of one step over a PagedKVCache: write the new K/V, then attend

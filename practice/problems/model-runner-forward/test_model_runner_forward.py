@@ -23,9 +23,7 @@ def prompts():
 
 
 def new_cache(model, block_size=BLOCK, num_blocks=16):
-    return share(
-        PagedKVCache.for_model(model, num_blocks, block_size), methods=["write", "read"]
-    )
+    return share(PagedKVCache.for_model(model, num_blocks, block_size), methods=["write"])
 
 
 def alone(model, ids):
@@ -72,9 +70,6 @@ class CountingCache:
     def write(self, layer, slot_mapping, k, v):
         self.writes.append((int(layer), len(slot_mapping)))
         return self.kv.write(layer, slot_mapping, k, v)
-
-    def read(self, layer, block_table, length):
-        return self.kv.read(layer, block_table, length)
 
     def __getattr__(self, name):
         return getattr(self.kv, name)
@@ -184,7 +179,7 @@ def test_output_layer_runs_only_on_the_sampled_rows(tiny_model, learner, prompts
 
 def test_attend_writes_all_new_tokens_once_per_layer(tiny_model, learner, prompts):
     """Each layer's attend writes the K/V of the step's N new tokens, once."""
-    kv = share(CountingCache(new_cache(tiny_model)), methods=["write", "read"])
+    kv = share(CountingCache(new_cache(tiny_model)), methods=["write"])
     learner.runner_forward(tiny_model, kv, step1(prompts))
     check_equal(
         kv.writes,
@@ -206,7 +201,7 @@ def test_backend_attend_writes_then_attends(learner, case):
     attention with that scale."""
     block_size, requests, H, KV, hd, scale = ATTEND[case]
     g, rng = torch.Generator().manual_seed(case), random.Random(case)
-    kv = share(PagedKVCache(2, 20, block_size, KV, hd), methods=["write", "read"])
+    kv = share(PagedKVCache(2, 20, block_size, KV, hd), methods=["write"])
     free = list(range(20))
     rng.shuffle(free)
     tables = [[free.pop() for _ in range(-(-(c + n) // block_size))] for c, n in requests]

@@ -1,11 +1,10 @@
-"""Wrong: writes the K/V but attends over each request's new tokens only.
+"""Wrong: writes the K/V but attends over each request's new tokens only, not its cached
+context.
 
 Caught by: test_mixed_step_matches_single_sequence_reference.
 """
 
 import torch
-
-from minillm.paged import paged_attention  # noqa: F401  (you will need it)
 
 
 class PagedBackend:
@@ -30,13 +29,23 @@ class PagedBackend:
         self.kv.write(
             layer, self.slot_mapping, k, v
         )  # every new token, first: each sees itself
-        from minillm.model import causal_attention
-
-        out = torch.empty_like(q)
-        for start, end in zip(self.query_start_loc, self.query_start_loc[1:]):
-            out[start:end] = causal_attention(
-                q[None, start:end], k[None, start:end], v[None, start:end], scale
-            )[0]
+        k_cache, v_cache = self.kv.k[layer], self.kv.v[layer]  # [blocks, block_size, KV, hd]
+        group = q.shape[1] // k_cache.shape[2]  # query heads per KV head
+        out = torch.empty_like(q)  # [N, H, hd]
+        for i, seq_len in enumerate(self.seq_lens):
+            start, end = self.query_start_loc[i], self.query_start_loc[i + 1]
+            keys, values = k[start:end], v[start:end]  # [n, KV, hd]: this step's tokens only
+            seq_len = end - start
+            keys = keys.repeat_interleave(
+                group, dim=1
+            )  # [seq_len, H, hd]: head h reads h // group
+            values = values.repeat_interleave(group, dim=1)
+            scores = torch.einsum("qhd,khd->hqk", q[start:end], keys) * scale  # [H, n, seq_len]
+            query_pos = torch.arange(seq_len - (end - start), seq_len, device=q.device)  # [n]
+            key_pos = torch.arange(seq_len, device=q.device)  # [seq_len]
+            future = key_pos[None, :] > query_pos[:, None]  # [n, seq_len]: aligned to the end
+            weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+            out[start:end] = torch.einsum("hqk,khd->qhd", weights, values)
         return out
 
 

@@ -6,8 +6,6 @@ Caught by: test_prefill_logits_match_single_sequence_reference.
 
 import torch
 
-from minillm.paged import paged_attention  # noqa: F401  (you will need it)
-
 
 class PagedBackend:
     """The attention backend of one step over a PagedKVCache: write the new K/V, then attend
@@ -31,9 +29,25 @@ class PagedBackend:
         self.kv.write(
             layer, self.slot_mapping, k, v
         )  # every new token, first: each sees itself
-        return paged_attention(
-            q, self.kv, layer, self.block_tables, self.seq_lens, self.query_start_loc, scale
-        )
+        k_cache, v_cache = self.kv.k[layer], self.kv.v[layer]  # [blocks, block_size, KV, hd]
+        group = q.shape[1] // k_cache.shape[2]  # query heads per KV head
+        out = torch.empty_like(q)  # [N, H, hd]
+        for i, seq_len in enumerate(self.seq_lens):
+            start, end = self.query_start_loc[i], self.query_start_loc[i + 1]
+            blocks = torch.tensor(self.block_tables[i], dtype=torch.long, device=q.device)
+            keys = k_cache[blocks].flatten(0, 1)[:seq_len]  # [seq_len, KV, hd], position order
+            values = v_cache[blocks].flatten(0, 1)[:seq_len]
+            keys = keys.repeat_interleave(
+                group, dim=1
+            )  # [seq_len, H, hd]: head h reads h // group
+            values = values.repeat_interleave(group, dim=1)
+            scores = torch.einsum("qhd,khd->hqk", q[start:end], keys) * scale  # [H, n, seq_len]
+            query_pos = torch.arange(seq_len - (end - start), seq_len, device=q.device)  # [n]
+            key_pos = torch.arange(seq_len, device=q.device)  # [seq_len]
+            future = key_pos[None, :] > query_pos[:, None]  # [n, seq_len]: aligned to the end
+            weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+            out[start:end] = torch.einsum("hqk,khd->qhd", weights, values)
+        return out
 
 
 @torch.no_grad()
