@@ -220,18 +220,23 @@ def apply_top_k_top_p(
 ) -> torch.Tensor:
     """Logits [M, V] with every token outside row i's top-k and top-p set to -inf.
 
-    Sort each row once; a token survives if its rank is below k (k = 0: any rank) and the
-    probability of the tokens ranked above it is below p, so the most likely token always
-    survives.
+    vLLM's order (vllm/v1/sample/ops/topk_topp_sampler.py, apply_top_k_top_p_pytorch, commit
+    01fa3fe): top-k first, keeping every token tied with the k-th largest logit (k = 0: all);
+    then top-p on the softmax of what top-k kept, renormalised: a survivor stays if the
+    probability of the survivors ranked above it is below p (p = 1: all stay), so the most
+    likely token always stays. One sort of each row serves both.
     """
     M, V = logits.shape
-    k = torch.tensor([t if t > 0 else V for t in top_k], device=logits.device)  # [M]
+    k = torch.tensor([t if 0 < t < V else V for t in top_k], device=logits.device)  # [M]
     p = torch.tensor(top_p, dtype=torch.float32, device=logits.device)  # [M]
     sorted_logits, order = logits.sort(dim=-1, descending=True)  # [M, V]
-    ranks = torch.arange(V, device=logits.device)[None, :]  # [1, V]
-    probs = sorted_logits.float().softmax(dim=-1)
-    mass_above = probs.cumsum(dim=-1) - probs  # [M, V] probability of the better-ranked tokens
-    keep_sorted = (ranks < k[:, None]) & (mass_above < p[:, None])
+    kth = sorted_logits.gather(-1, (k - 1)[:, None])  # [M, 1] the k-th largest logit
+    in_top_k = sorted_logits >= kth  # [M, V] by value, not rank: a tie with the k-th stays
+    probs = sorted_logits.float().masked_fill(~in_top_k, float("-inf")).softmax(dim=-1)
+    mass_above = probs.cumsum(dim=-1) - probs  # [M, V] mass of the better-ranked survivors
+    # p = 1 keeps every survivor: in float32 the cumsum over a large vocabulary can reach 1.0
+    # before its last tokens
+    keep_sorted = in_top_k & ((mass_above < p[:, None]) | (p[:, None] >= 1.0))
     keep = torch.zeros_like(keep_sorted).scatter(
         -1, order, keep_sorted
     )  # back to vocabulary order

@@ -145,6 +145,66 @@ def test_top_p_always_keeps_the_best_token():
     ]
 
 
+def test_top_k_keeps_ties_with_the_kth_value():
+    logits = torch.tensor([[3.0, 1.0, 3.0, 2.0, 2.0]])
+    assert torch.isfinite(apply_top_k_top_p(logits, [1], [1.0])).tolist() == [
+        [True, False, True, False, False]
+    ]
+    assert torch.isfinite(apply_top_k_top_p(logits, [3], [1.0])).tolist() == [
+        [True, False, True, True, True]
+    ]
+
+
+def test_top_p_runs_on_what_top_k_kept_renormalised():
+    """vLLM's order: top-k, then top-p on the survivors' renormalised probabilities."""
+    logits = torch.tensor([[0.05, 0.40, 0.25, 0.15, 0.10, 0.05]]).log()
+    # top-2 leaves 0.40 and 0.25, renormalised 0.615 and 0.385: 0.615 alone reaches 0.6. (On the
+    # full distribution 0.40 would not, and token 2 would stay.)
+    assert torch.isfinite(apply_top_k_top_p(logits, [2], [0.6])).tolist() == [
+        [False, True, False, False, False, False]
+    ]
+    assert torch.isfinite(apply_top_k_top_p(logits, [2], [0.7])).tolist() == [
+        [False, True, True, False, False, False]
+    ]
+
+
+def test_top_p_of_one_keeps_every_token_of_a_large_vocabulary():
+    """In float32 the running sum over 151,936 probabilities reaches 1.0 before the tail."""
+    logits = torch.randn(2, 151_936, generator=torch.Generator().manual_seed(0)) * 3
+    assert torch.isfinite(apply_top_k_top_p(logits, [0, 0], [1.0, 1.0])).all()
+
+
+def _kept_values(row: torch.Tensor, k: int, p: float) -> list[float]:
+    """The same rule, one row in plain Python: the logits that top-k, then top-p, keep."""
+    values = sorted(row.tolist(), reverse=True)
+    kth = values[k - 1] if 0 < k < len(values) else values[-1]
+    survivors = [v for v in values if v >= kth]
+    probs = torch.tensor(survivors, dtype=torch.float64).softmax(-1).tolist()
+    kept, mass = [], 0.0
+    for v, q in zip(survivors, probs):
+        if mass >= p:
+            break
+        kept.append(v)
+        mass += q
+    return kept
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    k=st.sampled_from([0, 1, 3, 7, 40]),
+    ps=st.lists(st.sampled_from([0.3, 0.55, 0.9, 1.0]), min_size=4, max_size=4),
+)
+def test_batched_filter_matches_the_row_by_row_rule(seed, k, ps):
+    """Rounded logits tie often; which of two tied tokens top-p keeps is the sort's choice, so
+    the kept values are compared, not the ids."""
+    logits = (torch.randn(4, 40, generator=torch.Generator().manual_seed(seed)) * 2).round()
+    out = apply_top_k_top_p(logits, [k] * 4, ps)
+    for i in range(4):
+        got = sorted(out[i][torch.isfinite(out[i])].tolist(), reverse=True)
+        assert got == _kept_values(logits[i], k, ps[i])
+
+
 def test_sampled_tokens_stay_inside_top_k():
     logits = torch.randn(1, 100, generator=torch.Generator().manual_seed(2))
     best2 = set(logits[0].topk(2).indices.tolist())
