@@ -18,3 +18,11 @@ def cached_prefix_length(
     """Tokens of token_ids found in the cache: full blocks from the first, never the block of
     the last token."""
     raise NotImplementedError("cached_prefix_length")
+
+
+def hits_in_one_step(
+    prompts: list[list[int]], block_size: int, cached: set[int], file_at: str
+) -> list[int]:
+    """Tokens each of a burst of requests, admitted in order in one step, finds in the cache;
+    file_at is "allocation" (vLLM) or "after_step" (minillm)."""
+    raise NotImplementedError("hits_in_one_step")

@@ -1,11 +1,10 @@
-"""Tests for block_hashes and cached_prefix_length: by hand, then random prompts with shared
-heads, any block
-size and salts, against minillm.prefix_caching.kv_cache_manager and a brute-force
-longest-shared-prefix oracle."""
+"""Tests for block_hashes, cached_prefix_length and hits_in_one_step: by hand, then random
+prompts with shared heads, any block size and salts, against
+minillm.prefix_caching.kv_cache_manager and brute-force longest-shared-prefix oracles."""
 
 import random
 
-from grading import check_equal
+from grading import check_equal, check_raises
 
 from minillm.prefix_caching.kv_cache_manager import hash_block_tokens, hash_request_tokens
 
@@ -160,3 +159,121 @@ def test_random_workloads_match_the_longest_shared_prefix(learner):
             )
             seen.append((prompt, salt))
             cached.update(names)
+
+
+SYSTEM = list(range(500, 512))  # 12 tokens: three full blocks of 4
+BURST = [SYSTEM + [1, 2], SYSTEM + [3], SYSTEM + [4, 5, 6]]
+
+
+def test_after_the_step_a_burst_finds_only_the_cache(learner):
+    """Filed after the step, no request of the burst finds another's blocks: only what was
+    cached before."""
+    check_equal(
+        learner.hits_in_one_step(BURST, 4, set(), "after_step"),
+        [0, 0, 0],
+        "hits_in_one_step(three prompts sharing 12 tokens, 4, empty cache, 'after_step')",
+    )
+    cached = set(hash_request_tokens(SYSTEM[:8], 4))  # two of the three shared blocks
+    check_equal(
+        learner.hits_in_one_step(BURST, 4, cached, "after_step"),
+        [8, 8, 8],
+        "the same burst, 'after_step', with the first two shared blocks cached",
+    )
+
+
+def test_at_allocation_each_request_finds_the_ones_before_it(learner):
+    """Filed at allocation (vLLM), the second request of a burst already finds the first one's
+    blocks."""
+    check_equal(
+        learner.hits_in_one_step(BURST, 4, set(), "allocation"),
+        [0, 12, 12],
+        "hits_in_one_step(three prompts sharing 12 tokens, 4, empty cache, 'allocation')",
+    )
+
+
+def test_a_request_does_not_find_its_own_blocks(learner):
+    """A request looks up its prefix before its own blocks are filed."""
+    check_equal(
+        learner.hits_in_one_step([SYSTEM + [1]], 4, set(), "allocation"),
+        [0],
+        "hits_in_one_step([13 tokens], 4, empty cache, 'allocation')",
+    )
+    check_equal(
+        learner.hits_in_one_step([SYSTEM + [1], SYSTEM + [1]], 4, set(), "allocation"),
+        [0, 12],
+        "the same 13-token prompt twice in one step, 'allocation'",
+    )
+
+
+def test_allocation_files_the_block_of_the_last_token_too(learner):
+    """Every full block of the prompt is filed, also the one holding its last token, which the
+    request itself could not take from the cache."""
+    a = list(range(600, 608))  # exactly two full blocks of 4
+    check_equal(
+        learner.hits_in_one_step([a, a + [9]], 4, set(), "allocation"),
+        [0, 8],
+        "hits_in_one_step([8 tokens, the same 8 + 1], 4, empty cache, 'allocation')",
+    )
+
+
+def test_the_cache_before_the_step_is_left_unchanged(learner):
+    """cached is the caller's cache: the burst's blocks are not written into it."""
+    cached = set(hash_request_tokens(SYSTEM, 4))
+    before = set(cached)
+    learner.hits_in_one_step(BURST + [list(range(700, 720))], 4, cached, "allocation")
+    check_equal(cached == before, True, "whether hits_in_one_step left `cached` as it was")
+
+
+def test_an_unknown_filing_time_is_refused(learner):
+    """Only 'allocation' and 'after_step' are filing times."""
+    check_raises(
+        ValueError,
+        learner.hits_in_one_step,
+        BURST,
+        4,
+        set(),
+        "never",
+        what="hits_in_one_step(..., file_at='never')",
+    )
+
+
+def test_random_bursts_match_the_longest_shared_prefix(learner):
+    """Random bursts over a few shared heads: the hit is the longest prefix shared with a prompt
+    cached before the step or (at allocation) an earlier prompt of the burst, in full blocks of
+    both, never reaching the last token."""
+    rng = random.Random(11)
+    for case in range(40):
+        block_size = rng.choice([1, 2, 3, 4, 8])
+        heads = [[rng.randrange(20) for _ in range(rng.randint(0, 24))] for _ in range(3)]
+
+        def prompt(heads=heads):
+            return rng.choice(heads) + [rng.randrange(20) for _ in range(rng.randint(1, 8))]
+
+        before = [prompt() for _ in range(rng.randint(0, 3))]
+        burst = [prompt() for _ in range(rng.randint(1, 6))]
+        cached = {n for p in before for n in hash_request_tokens(p, block_size)}
+        for file_at in ("after_step", "allocation"):
+            want = []
+            for i, p in enumerate(burst):
+                sources = before + (burst[:i] if file_at == "allocation" else [])
+                best = 0
+                for q in sources:
+                    shared = next(
+                        (k for k, (x, y) in enumerate(zip(p, q)) if x != y), min(len(p), len(q))
+                    )
+                    best = max(
+                        best,
+                        min(
+                            shared // block_size,
+                            len(q) // block_size,
+                            (len(p) - 1) // block_size,
+                        )
+                        * block_size,
+                    )
+                want.append(best)
+            check_equal(
+                learner.hits_in_one_step(burst, block_size, set(cached), file_at),
+                want,
+                f"case {case}: hits_in_one_step({burst}, {block_size}, cache of {before}, "
+                f"{file_at!r})",
+            )

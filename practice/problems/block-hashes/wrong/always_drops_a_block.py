@@ -35,3 +35,18 @@ def cached_prefix_length(
             break
         hits += 1
     return hits * block_size
+
+
+def hits_in_one_step(
+    prompts: list[list[int]], block_size: int, cached: set[int], file_at: str
+) -> list[int]:
+    """Tokens each of a burst of requests, admitted in order in one step, finds in the cache;
+    file_at is "allocation" (vLLM) or "after_step" (minillm)."""
+    if file_at not in ("allocation", "after_step"):
+        raise ValueError(f"file_at is {file_at!r}: expected 'allocation' or 'after_step'")
+    findable, hits = set(cached), []  # a copy: the caller's set is the cache before the step
+    for prompt in prompts:
+        hits.append(cached_prefix_length(prompt, block_size, findable))
+        if file_at == "allocation":  # its slots are given now, and every full block is filed
+            findable.update(block_hashes(prompt, block_size))
+    return hits
