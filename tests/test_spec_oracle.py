@@ -11,7 +11,12 @@ import pytest
 from minillm.bench.spec_sweep import break_even_alpha
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
-from minillm.spec_decode.oracle import OracleProposer, expected_tokens, wrong
+from minillm.spec_decode.oracle import (
+    OracleProposer,
+    expected_tokens,
+    expected_tokens_cut,
+    wrong,
+)
 
 
 @pytest.mark.parametrize("alpha, k", [(0.0, 3), (0.5, 2), (0.8, 4), (0.95, 8), (1.0, 4)])
@@ -23,6 +28,40 @@ def test_expected_tokens_is_the_sum_of_alpha_powers(alpha, k):
 def test_expected_tokens_refuses_bad_arguments_by_name(alpha, k, match):
     with pytest.raises(ValueError, match=match):
         expected_tokens(alpha, k)
+
+
+def test_the_cut_expectation_counts_the_last_short_verifies():
+    # alpha = 1: 47 tokens are nine verifies of 5 and one of 2 (the last token left is decoded)
+    assert expected_tokens_cut(1.0, 4, 47) == pytest.approx(47 / 10)
+    assert expected_tokens_cut(1.0, 4, 63) == pytest.approx(63 / 13)
+    assert expected_tokens_cut(0.5, 2, 2) == pytest.approx(1.5)  # one verify of 1 proposal
+    # long requests: the cut fades and E remains
+    assert expected_tokens_cut(0.8, 4, 20_000) == pytest.approx(expected_tokens(0.8, 4), 1e-3)
+    assert all(expected_tokens_cut(a, 4, 47) < expected_tokens(a, 4) for a in (0.5, 0.8, 0.9))
+
+
+def test_the_cut_expectation_follows_a_simulation():
+    rng = random.Random(0)
+    alpha, k, n, verifies, tokens = 0.8, 4, 30, 0, 0
+    for _ in range(20_000):
+        left = n
+        while left > 0:
+            cap = min(k, left - 1)
+            if cap == 0:
+                left -= 1
+                continue
+            j = 0
+            while j < cap and rng.random() < alpha:
+                j += 1
+            verifies, tokens, left = verifies + 1, tokens + j + 1, left - j - 1
+    assert tokens / verifies == pytest.approx(expected_tokens_cut(alpha, k, n), abs=0.02)
+
+
+def test_the_cut_expectation_refuses_a_request_with_no_verify():
+    with pytest.raises(ValueError, match="n is 1"):
+        expected_tokens_cut(0.5, 4, 1)
+    with pytest.raises(ValueError, match="n is 0"):
+        expected_tokens_cut(0.5, 4, 0)
 
 
 def test_a_wrong_token_is_never_the_right_one():

@@ -9,6 +9,12 @@ number of tokens it yields is
 (k + 1 at alpha = 1). If a verify of k proposals costs `cost_ratio` decodes, speculation is
 faster than plain decoding by expected_tokens / cost_ratio, when proposing costs nothing.
 
+A real request ends: the engine proposes min(k, remaining - 1) tokens, so that a verify never
+emits more than the request may still have, and none when one token is left (that step is a
+plain decode). `expected_tokens_cut` takes that cut into account: the expected tokens per
+verify over a whole request that needs n more tokens, which is what an engine's mean accepted
+length measures, and what a short run falls below E by.
+
 `OracleProposer` makes that assumption true: it knows each request's plain greedy continuation
 (run beforehand) and proposes it, each token replaced by a wrong one with probability
 1 - alpha, at no cost. Sweeping alpha and k with it measures the verify side of speculation
@@ -27,6 +33,29 @@ def expected_tokens(alpha: float, k: int) -> float:
     if k < 0:
         raise ValueError(f"k is {k!r}: expected an int >= 0")
     return float(k + 1) if alpha == 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_tokens_cut(alpha: float, k: int, n: int) -> float:
+    """Expected tokens per verify over a request that needs n more tokens, proposals capped at
+    min(k, remaining - 1) and no verify when the cap is 0: (n - expected plain decodes) over
+    the expected verifies, the ratio an engine's mean accepted length estimates."""
+    expected_tokens(alpha, k)  # the same checks of alpha and k
+    if n < 1:
+        raise ValueError(f"n is {n!r}: expected an int >= 1")
+    verifies, decodes = [0.0] * (n + 1), [0.0] * (n + 1)  # expectations for m tokens left
+    for m in range(1, n + 1):
+        cap = min(k, m - 1)
+        if cap == 0:  # one token left (or k = 0): a plain decode
+            verifies[m], decodes[m] = verifies[m - 1], decodes[m - 1] + 1.0
+            continue
+        v, d = 1.0, 0.0
+        for j in range(cap + 1):  # j proposals accepted, j + 1 tokens emitted
+            p = alpha**j * (1.0 - alpha) if j < cap else alpha**cap
+            v, d = v + p * verifies[m - j - 1], d + p * decodes[m - j - 1]
+        verifies[m], decodes[m] = v, d
+    if verifies[n] == 0.0:
+        raise ValueError(f"n is {n} and k is {k}: no verify runs, so no tokens per verify")
+    return (n - decodes[n]) / verifies[n]
 
 
 def wrong(token: int) -> int:

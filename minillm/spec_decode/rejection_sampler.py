@@ -15,7 +15,10 @@ A proposer without probabilities (n-gram lookup) is a q that puts all its mass o
 token.
 
 Every draw uses a generator seeded from (request seed, output step, purpose), never a shared
-RNG, so a seeded request gets the same tokens next to any other requests, as in sampling.py.
+RNG, so a seeded request's draws never depend on other requests' tokens. They do depend on how
+many of its own proposals are verified: when the scheduler trims or drops them (a short token
+budget or pool, disable_by_batch_size), the same seed gives different tokens from the same
+distribution.
 """
 
 from __future__ import annotations

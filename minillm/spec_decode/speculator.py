@@ -360,7 +360,9 @@ class SpeculativeDecoder:
             self.disable_by_batch_size is not None
             and len(running) >= self.disable_by_batch_size
         ):
-            # a full batch has no spare compute to verify with (vLLM's disable_by_batch_size)
+            # a full batch has no spare compute to verify with: with that many requests or
+            # more, nobody proposes (vLLM's V0 speculative_disable_by_batch_size; its V1
+            # engine instead picks k by batch size, num_speculative_tokens_per_batch_size)
             return
         seqs, ks = [], []
         for seq in running:

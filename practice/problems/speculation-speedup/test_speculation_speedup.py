@@ -1,6 +1,6 @@
-"""Tests for expected_tokens, alpha_from_tokens_per_verify and best_k: values worked out by
-hand, random alphas and k against a term-by-term sum and a brute-force search, the break-even
-point, and errors by message."""
+"""Tests for alpha_from_acceptance and best_k: values worked out by hand, random alphas round
+tripped through the acceptance rate, random costs against a brute-force search, the draft's cost
+counted once per proposal, and errors by message."""
 
 import random
 
@@ -15,112 +15,90 @@ def check_number(got, expected, what: str, tol: float = 1e-9) -> None:
 
 
 def summed(alpha, k):
-    """The expectation term by term: proposal j is kept with probability alpha ** j."""
+    """E(alpha, k) term by term: proposal j is kept with probability alpha**j."""
     return sum(alpha**j for j in range(k + 1))
 
 
-def brute_best(alpha, costs):
+def brute_best(alpha, costs, draft_cost):
     best, speed = 0, 1.0
     for k in sorted(costs):
-        s = summed(alpha, k) / costs[k]
+        s = summed(alpha, k) / (costs[k] + k * draft_cost)
         if s > speed + 1e-12:
             best, speed = k, s
     return best
 
 
 def test_the_example(learner):
-    check_number(learner.expected_tokens(0.5, 2), 1.75, "expected_tokens(0.5, 2)")
-    check_number(learner.expected_tokens(1.0, 4), 5.0, "expected_tokens(1.0, 4)")
     check_number(
-        learner.alpha_from_tokens_per_verify(1.75, 2),
-        0.5,
-        "alpha_from_tokens_per_verify(1.75, 2)",
-        tol=1e-6,
+        learner.alpha_from_acceptance(0.5, 1), 0.5, "alpha_from_acceptance(0.5, 1)", 1e-6
+    )
+    acc = (summed(0.8, 4) - 1) / 4
+    check_number(
+        learner.alpha_from_acceptance(acc, 4), 0.8, f"alpha_from_acceptance({acc}, 4)", 1e-6
     )
     costs = {1: 1.3, 2: 1.5, 4: 2.0, 8: 3.4}
-    check_equal(learner.best_k(0.9, costs), 4, f"best_k(0.9, {costs})")
-    costs = {1: 1.4, 2: 1.5, 4: 2.0}
-    check_equal(learner.best_k(0.3, costs), 0, f"best_k(0.3, {costs})")
+    check_equal(learner.best_k(0.9, costs, 0.0), 4, f"best_k(0.9, {costs}, 0.0)")
+    check_equal(learner.best_k(1.0, {4: 1.22}, 1.0), 0, "best_k(1.0, {4: 1.22}, 1.0)")
 
 
-def test_the_bonus_token_always_comes(learner):
-    """alpha = 0: every first proposal is rejected, and the verify still yields one token."""
-    for k in (0, 1, 3, 8):
-        check_number(learner.expected_tokens(0.0, k), 1.0, f"expected_tokens(0.0, {k})")
-    check_number(learner.expected_tokens(0.8, 0), 1.0, "expected_tokens(0.8, 0): no proposals")
-
-
-def test_alpha_one_keeps_every_proposal(learner):
-    """alpha = 1 has no geometric formula (0 / 0): the answer is k + 1."""
-    for k in (1, 2, 7):
-        check_number(
-            learner.expected_tokens(1.0, k), float(k + 1), f"expected_tokens(1.0, {k})"
-        )
-
-
-def test_random_alphas_match_the_sum(learner):
-    rng = random.Random(3)
-    for _ in range(100):
-        alpha, k = rng.random(), rng.randint(0, 12)
-        check_number(
-            learner.expected_tokens(alpha, k),
-            summed(alpha, k),
-            f"expected_tokens({alpha}, {k})",
-        )
-
-
-def test_alpha_round_trips_through_the_mean(learner):
-    """Nonlinear for k >= 2: (tokens - 1) / k is alpha only for k = 1."""
+def test_the_acceptance_rate_is_not_alpha(learner):
+    """For k >= 2 the acceptance rate sits below alpha: every proposal after the first rejection
+    counts as rejected."""
     rng = random.Random(4)
-    cases = [(0.0, 3), (1.0, 3), (0.9, 4), (0.25, 8)]
+    cases = [(0.0, 3), (1.0, 3), (0.9, 4), (0.25, 8), (0.8, 8)]
     cases += [(rng.random(), rng.randint(1, 10)) for _ in range(40)]
     for alpha, k in cases:
-        mean = summed(alpha, k)
+        acc = (summed(alpha, k) - 1) / k
         check_number(
-            learner.alpha_from_tokens_per_verify(mean, k),
+            learner.alpha_from_acceptance(acc, k),
             alpha,
-            f"alpha_from_tokens_per_verify({mean}, {k}) (made with alpha = {alpha})",
+            f"alpha_from_acceptance({acc}, {k}) (made with alpha = {alpha})",
             tol=1e-6,
         )
 
 
-def test_best_k_weighs_tokens_against_cost(learner):
-    """A larger k yields more tokens but costs more: the best is in between, and moves with
-    alpha."""
+def test_a_free_proposer_weighs_tokens_against_the_verify(learner):
     costs = {1: 1.3, 2: 1.5, 4: 2.0, 8: 3.4}
     for alpha, want in ((0.5, 2), (0.7, 2), (0.9, 4), (0.99, 8), (0.2, 0)):
-        check_equal(learner.best_k(alpha, costs), want, f"best_k({alpha}, {costs})")
-    check_equal(learner.best_k(0.5, {2: 1.0, 4: 1.0}), 4, "best_k(0.5, {2: 1.0, 4: 1.0})")
+        check_equal(learner.best_k(alpha, costs, 0.0), want, f"best_k({alpha}, {costs}, 0.0)")
+
+
+def test_each_proposal_pays_the_draft(learner):
+    """k proposals cost k draft forwards: the draft's cost pushes the best k down, then to 0."""
+    costs = {1: 1.1, 2: 1.15, 4: 1.22, 8: 1.51}
+    for d, want in ((0.0, 8), (0.2, 4), (0.6, 2), (1.0, 0)):
+        check_equal(learner.best_k(0.9, costs, d), want, f"best_k(0.9, {costs}, {d})")
 
 
 def test_a_tie_takes_the_smaller_k(learner):
-    """Equal predicted speedups: the smaller k proposes less for the same gain."""
-    check_equal(learner.best_k(1.0, {1: 1.0, 3: 2.0}), 1, "best_k(1.0, {1: 1.0, 3: 2.0})")
+    check_equal(
+        learner.best_k(1.0, {1: 1.0, 3: 2.0}, 0.0), 1, "best_k(1.0, {1: 1.0, 3: 2.0}, 0.0)"
+    )
 
 
 def test_random_costs_match_a_search(learner):
     rng = random.Random(5)
-    for _ in range(100):
+    for _ in range(200):
         ks = rng.sample(range(1, 11), rng.randint(1, 5))
         costs = {k: round(rng.uniform(1.0, 1.0 + 0.6 * k), 3) for k in ks}
-        alpha = round(rng.random(), 3)
+        alpha, d = round(rng.random(), 3), round(rng.choice([0.0, rng.uniform(0, 0.5)]), 3)
         check_equal(
-            learner.best_k(alpha, costs), brute_best(alpha, costs), f"best_k({alpha}, {costs})"
+            learner.best_k(alpha, costs, d),
+            brute_best(alpha, costs, d),
+            f"best_k({alpha}, {costs}, {d})",
         )
 
 
 def test_bad_arguments_are_rejected_by_name(learner):
     calls = [
-        ("expected_tokens", (1.5, 2), 1.5),
-        ("expected_tokens", (-0.1, 2), -0.1),
-        ("expected_tokens", (0.5, -1), -1),
-        ("alpha_from_tokens_per_verify", (0.5, 2), 0.5),
-        ("alpha_from_tokens_per_verify", (3.5, 2), 3.5),
-        ("alpha_from_tokens_per_verify", (1.0, 0), 0),
-        ("best_k", (0.5, {}), "empty"),
-        ("best_k", (0.5, {0: 1.0}), 0),
-        ("best_k", (0.5, {2: -1.0}), -1.0),
-        ("best_k", (1.2, {2: 1.5}), 1.2),
+        ("alpha_from_acceptance", (1.5, 2), 1.5),
+        ("alpha_from_acceptance", (-0.1, 2), -0.1),
+        ("alpha_from_acceptance", (0.5, 0), 0),
+        ("best_k", (0.5, {}, 0.0), "empty"),
+        ("best_k", (0.5, {0: 1.0}, 0.0), 0),
+        ("best_k", (0.5, {2: -1.0}, 0.0), -1.0),
+        ("best_k", (1.2, {2: 1.5}, 0.0), 1.2),
+        ("best_k", (0.5, {2: 1.5}, -0.25), -0.25),
     ]
     for name, args, value in calls:
         e = check_raises(ValueError, getattr(learner, name), *args, what=f"{name}{args}")
