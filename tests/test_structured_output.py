@@ -389,3 +389,32 @@ def test_a_nested_schema_completes_and_validates_greedy_and_sampled(make_engine,
     outs = make_engine().generate(PROMPTS, params)
     values = [check_output(grammars, spec, o, PERSON) for o in outs]
     assert all(v is not None for v in values)  # every one completed, parsed, validated
+
+
+def test_fill_counts_the_proposal_its_grammar_refuses_and_rolls_back(grammars, tokenizer):
+    spec = StructuredOutputsParams(regex=r"[a-z]+")
+    m = grammars.matcher(spec, [EOS])
+    ok = tokenizer.encode("abc")
+    bad = tokenizer.encode("1")
+    bitmask = torch.zeros(4, words_for(grammars.vocab_size), dtype=torch.int32)
+    assert m.fill(bitmask, 0, ok) == len(ok) + 1 and m.num_refused == 0
+    assert m.fill(bitmask, 0, ok[:1] + bad + ok) == 2  # stops at the refused proposal
+    assert m.num_refused == 1
+    m.accept(ok[0])  # the proposals were rolled back: the first output token is accepted again
+
+
+def test_char_automaton_token_mask_follows_its_three_rules():
+    from minillm.structured_output.char_automaton import token_mask
+
+    def step(state, ch):  # -?[0-2]+
+        if ch in "012":
+            return "digits"
+        return "sign" if ch == "-" and state == "start" else None
+
+    tokens = ["-", "1", "12", "-1", "1-", "a", "", "<eos>"]
+    assert token_mask(step, {"digits"}, "start", tokens, 7).tolist() == [
+        True, True, True, True, False, False, False, False
+    ]  # fmt: skip
+    assert token_mask(step, {"digits"}, "digits", tokens, 7).tolist() == [
+        False, True, True, False, False, False, False, True
+    ]  # fmt: skip

@@ -26,6 +26,7 @@ class RequestGrammar:
         )
         self.request_id = request_id
         self.num_accepted = 0  # equals len(output_ids) of the request, always
+        self.num_refused = 0  # speculative proposals this grammar refused (counted by fill)
 
     def accept(self, token: int) -> None:
         """Advance past one appended output token; raise if the grammar forbids it (the mask
@@ -54,6 +55,7 @@ class RequestGrammar:
         accepted = 0
         for t in proposals:
             if not self.matcher.accept_token(int(t)):
+                self.num_refused += 1
                 break
             accepted += 1
             if self.matcher.is_terminated():  # a stop token: the request ends there
