@@ -5,12 +5,29 @@ from __future__ import annotations
 
 import pytest
 
-from minillm.parallel.timing import decode_step_split, decode_step_times, time_all_reduce
+from minillm.parallel.timing import (
+    all_reduce_times,
+    decode_step_split,
+    decode_step_times,
+    time_all_reduce,
+)
 
 
-def test_all_reduce_times_one_median_per_message_size():
-    times = time_all_reduce([4, 4096], repeats=2)
-    assert sorted(times) == [4, 4096] and all(t > 0 for t in times.values())
+def test_all_reduce_times_one_number_per_message_size():
+    for statistic in ("fastest", "median"):
+        times = time_all_reduce([4, 4096], repeats=3, statistic=statistic)
+        assert sorted(times) == [4, 4096] and all(t > 0 for t in times.values())
+
+
+def test_all_reduce_times_every_call_of_every_size():
+    times = all_reduce_times([4, 4096], repeats=3)
+    assert sorted(times) == [4, 4096] and all(len(calls) == 3 for calls in times.values())
+    assert all(t > 0 for calls in times.values() for t in calls)
+
+
+def test_an_unknown_statistic_is_refused_by_name():
+    with pytest.raises(ValueError, match="statistic 'mean'"):
+        time_all_reduce([8], statistic="mean")
 
 
 @pytest.mark.parametrize("bad", [0, 3, 2.5, True])

@@ -3,8 +3,9 @@
 Two measurements for chapter 10's communication term. `time_all_reduce` starts a gloo group
 of `world_size` processes and times `torch.distributed.all_reduce` itself, per call, for each
 message size (after a barrier, so every rank starts the call together; the fastest call
-counts). `decode_step_times` times the engine's decode steps at a given `tensor_parallel_size`,
-so the two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
+counts, or the median with `statistic="median"`; `all_reduce_times` returns every call).
+`decode_step_times` times the engine's decode steps at a given `tensor_parallel_size`, so the
+two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
 all-reduces, plus the cost of handing the step to the workers. `decode_step_split` splits each
 step on every rank: the hand-over, each rank's forward, and its time inside the collectives.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,7 +34,7 @@ def _time_rank(rank, size, port, sizes, repeats, conn) -> None:
     dist.init_process_group(
         "gloo", store=store, rank=rank, world_size=size, timeout=timedelta(seconds=60)
     )
-    fastest = {}
+    per_size = {}
     for nbytes in sizes:
         x = torch.ones(max(1, nbytes // 4))  # float32
         times = []
@@ -42,15 +44,28 @@ def _time_rank(rank, size, port, sizes, repeats, conn) -> None:
             dist.all_reduce(x)
             if i >= 3:
                 times.append(time.perf_counter() - start)
-        fastest[nbytes] = min(times)  # the call least disturbed by other work on the machine
-    conn.send(fastest)
+        per_size[nbytes] = times
+    conn.send(per_size)
     dist.destroy_process_group()
     conn.close()
 
 
-def time_all_reduce(sizes, world_size: int = 2, repeats: int = 20) -> dict[int, float]:
+def time_all_reduce(
+    sizes, world_size: int = 2, repeats: int = 20, statistic: str = "fastest"
+) -> dict[int, float]:
     """Seconds of one gloo all-reduce of each message size (bytes, float32), as rank 0 sees it:
-    the fastest of `repeats` calls after three warm-up calls."""
+    the fastest of `repeats` calls after three warm-up calls (the call least disturbed by other
+    work on the machine), or their median with `statistic="median"`."""
+    if statistic not in ("fastest", "median"):
+        raise ValueError(f"statistic {statistic!r}: expected 'fastest' or 'median'")
+    keep = min if statistic == "fastest" else statistics.median
+    times = all_reduce_times(sizes, world_size, repeats)
+    return {nbytes: keep(calls) for nbytes, calls in times.items()}
+
+
+def all_reduce_times(sizes, world_size: int = 2, repeats: int = 20) -> dict[int, list[float]]:
+    """Seconds of each of `repeats` gloo all-reduces of each message size (bytes, float32), as
+    rank 0 sees them, in the order they ran, after three warm-up calls."""
     check_int("world_size", world_size, min=2)
     check_int("repeats", repeats, min=1)
     bad = [s for s in sizes if isinstance(s, bool) or not isinstance(s, int) or s < 4]
