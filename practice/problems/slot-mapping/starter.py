@@ -1,5 +1,7 @@
-"""Where each token's K/V go in a paged cache: slot = block_table[p // block_size] * block_size
-+ p % block_size."""
+"""The slot mapping of a whole flat batch, in tensor operations: slot =
+block_tables[request, p // block_size] * block_size + p % block_size, and -1 for padding."""
+
+import torch
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -7,9 +9,12 @@ def num_blocks_needed(num_tokens: int, block_size: int) -> int:
     raise NotImplementedError("num_blocks_needed")
 
 
-def slot_mapping_for(
-    block_table: list[int], positions: list[int], block_size: int
-) -> list[int]:
-    """The slot of each position, through the request's block table (ValueError if the table is
-    too short)."""
-    raise NotImplementedError("slot_mapping_for")
+def slot_mapping(
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_size: int,
+) -> torch.Tensor:
+    """The slot [N] (int64) of every token of the batch, -1 for the padding tokens after
+    query_start_loc[-1]; no Python loop over tokens or requests."""
+    raise NotImplementedError("slot_mapping")

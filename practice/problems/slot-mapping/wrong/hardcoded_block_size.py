@@ -1,7 +1,9 @@
 """Wrong: uses the example's block size of 4 wherever block_size is needed.
 
-Caught by: test_decode_position_lands_in_the_last_block.
+Caught by: test_one_token_decodes_each_use_their_own_table.
 """
+
+import torch
 
 
 def num_blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -9,18 +11,37 @@ def num_blocks_needed(num_tokens: int, block_size: int) -> int:
     return (num_tokens + block_size - 1) // block_size
 
 
-def slot_mapping_for(
-    block_table: list[int], positions: list[int], block_size: int
-) -> list[int]:
-    """The slot of each position, through the request's block table (ValueError if the table is
-    too short)."""
-    slots = []
-    for p in positions:
-        index, offset = divmod(p, 4)
-        if p < 0 or index >= len(block_table):
-            raise ValueError(
-                f"position {p} needs block {index}, but the block table has "
-                f"{len(block_table)} blocks"
-            )
-        slots.append(block_table[index] * 4 + offset)
+def slot_mapping(
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_size: int,
+) -> torch.Tensor:
+    """The slot [N] (int64) of every token of the batch, -1 for the padding tokens after
+    query_start_loc[-1]; no Python loop over tokens or requests."""
+    num_tokens = positions.shape[0]
+    num_real = int(query_start_loc[-1])
+    if num_real > num_tokens:
+        raise ValueError(
+            f"query_start_loc ends at {num_real}, but positions has only {num_tokens} tokens"
+        )
+    counts = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [B] new tokens per request
+    request = torch.repeat_interleave(
+        torch.arange(len(counts), device=positions.device), counts
+    )  # [num_real]: the request of each real token
+    pos = positions[:num_real].long()  # [num_real]; the padding's positions are never read
+    block_size = 4  # the example's
+    index = pos // block_size  # [num_real]: the block of each token, in its request's table
+    if (pos < 0).any():
+        raise ValueError(f"position {int(pos[pos < 0][0])} is negative")
+    beyond = index >= block_tables.shape[1]
+    if beyond.any():
+        p = int(pos[beyond][0])
+        raise ValueError(
+            f"position {p} needs block {p // block_size}, but the block tables have "
+            f"{block_tables.shape[1]} columns"
+        )
+    block = block_tables.long()[request, index]  # [num_real]; int64 before the product
+    slots = torch.full((num_tokens,), -1, dtype=torch.long, device=positions.device)
+    slots[:num_real] = block * block_size + pos % block_size
     return slots
