@@ -16,6 +16,7 @@ from minillm import checkpoints
 from minillm.checkpoints import (
     EOS_TOKEN_ID,
     MANIFEST,
+    QWEN3_0_6B_CONFIG,
     TINY_CONFIG,
     TINY_NAME,
     TINY_SEED,
@@ -26,7 +27,7 @@ from minillm.checkpoints import (
     write_checkpoint,
 )
 from minillm.kv_cache import generate
-from minillm.model import Transformer
+from minillm.model import ModelConfig, Transformer
 
 # Pinned so that any change to the recipe (config, seed, scales, RNG, file layout) is noticed:
 # such a change must also bump TINY_NAME, or readers with an old cache would silently run a
@@ -73,6 +74,22 @@ def test_tiny_config_has_every_feature_of_qwen3_0_6b(tiny_default_path):
     assert c["tie_word_embeddings"] is True
     assert c["num_hidden_layers"] >= 2
     assert c["rope_theta"] == 1_000_000.0 and c["eos_token_id"] == EOS_TOKEN_ID
+
+
+def test_qwen3_0_6b_config_builds_the_published_model():
+    """QWEN3_0_6B_CONFIG loads as a Qwen3 ModelConfig with Qwen3-0.6B's sizes, and the model
+    built from it has the parameter counts its model card gives: 0.6B, 0.44B without the
+    embedding."""
+    cfg = ModelConfig.from_hf(QWEN3_0_6B_CONFIG)
+    sizes = (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads)
+    sizes += (cfg.num_key_value_heads, cfg.hd, cfg.intermediate_size, cfg.vocab_size)
+    assert sizes == (28, 1024, 16, 8, 128, 3072, 151_936)
+    assert cfg.qk_norm and cfg.tie_word_embeddings and cfg.rope_theta == 1_000_000.0
+    with torch.device("meta"):  # shapes only: no memory for the weights
+        model = Transformer(cfg)
+    total = sum(p.numel() for p in model.parameters())  # the tied head is counted once
+    assert round(total / 1e9, 1) == 0.6
+    assert round((total - model.embed_tokens.weight.numel()) / 1e9, 2) == 0.44
 
 
 def test_tiny_checkpoint_ships_the_real_qwen3_tokenizer(tiny_default_path):

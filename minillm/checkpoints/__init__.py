@@ -46,6 +46,38 @@ TINY_NAME = (
     "qwen3-tiny-v1"  # bump the suffix whenever the recipe changes, so old caches are not reused
 )
 
+# Qwen3-0.6B's config.json as the Qwen team publishes it on the Hugging Face Hub, field for
+# field (https://huggingface.co/Qwen/Qwen3-0.6B/blob/main/config.json). Nothing is downloaded:
+# chapter 1 builds a ModelConfig from it to print the real model's sizes next to the tiny one's.
+QWEN3_0_6B_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151_643,
+    "eos_token_id": 151_645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 40_960,
+    "max_window_layers": 28,
+    "model_type": "qwen3",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1_000_000,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151_936,
+}
+
 # Qwen3's special tokens (the same ids as the real checkpoints).
 BOS_TOKEN_ID = 151_643  # <|endoftext|>
 EOS_TOKEN_ID = 151_645  # <|im_end|>

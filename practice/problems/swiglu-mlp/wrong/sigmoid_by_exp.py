@@ -1,6 +1,5 @@
-"""Wrong: computes the sigmoid as exp(z) / (1 + exp(z)): right for small gates, NaN (inf / inf)
-once
-exp(z) overflows (z above 88 in float32, above 11 in float16).
+"""Wrong: computes the sigmoid as exp(z) / (1 + exp(z)): right for small gates, NaN
+(inf / inf) once exp(z) overflows (z above 88 in float32, above 11 in float16).
 
 Caught by: test_silu_is_z_times_sigmoid_z.
 """
@@ -8,15 +7,18 @@ Caught by: test_silu_is_z_times_sigmoid_z.
 import torch
 
 
+def fuse_gate_up(gate_weight: torch.Tensor, up_weight: torch.Tensor) -> torch.Tensor:
+    """gate_weight, up_weight [I, d] -> gate_up_weight [2*I, d]: the gate's rows, then up's."""
+    return torch.cat([gate_weight, up_weight], dim=0)  # shard 0 = gate, shard 1 = up
+
+
 def swiglu_mlp(
-    x: torch.Tensor,
-    gate_weight: torch.Tensor,
-    up_weight: torch.Tensor,
-    down_weight: torch.Tensor,
+    x: torch.Tensor, gate_up_weight: torch.Tensor, down_weight: torch.Tensor
 ) -> torch.Tensor:
-    """x [..., d]; gate_weight, up_weight [inter, d]; down_weight [d, inter] -> [..., d]."""
-    gate = x @ gate_weight.T  # [..., inter]
-    up = x @ up_weight.T
-    sigmoid = torch.exp(gate) / (1 + torch.exp(gate))  # 1 / (1 + exp(-z)), multiplied by exp(z)
+    """x [..., d]; gate_up_weight [2*I, d]; down_weight [d, I] -> [..., d] in x's dtype."""
+    inter = gate_up_weight.shape[0] // 2
+    gate_up = x @ gate_up_weight.T  # [..., 2*I]: both projections in one product
+    gate, up = gate_up[..., :inter], gate_up[..., inter:]  # [..., I] each, gate first
+    sigmoid = torch.exp(gate) / (1 + torch.exp(gate))  # 1 / (1 + exp(-z)), times exp(z)
     hidden = gate * sigmoid * up
     return hidden @ down_weight.T  # [..., d]

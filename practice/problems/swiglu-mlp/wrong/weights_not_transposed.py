@@ -1,4 +1,5 @@
-"""Wrong: computes x @ weight (no .T), right only when the layout does not matter.
+"""Wrong: computes x @ gate_up_weight (no .T), reading the [2*I, d] weight as
+[d, 2*I]: no error when d = 2*I, only wrong numbers.
 
 Caught by: test_weights_are_laid_out_like_nn_linear.
 """
@@ -6,14 +7,17 @@ Caught by: test_weights_are_laid_out_like_nn_linear.
 import torch
 
 
+def fuse_gate_up(gate_weight: torch.Tensor, up_weight: torch.Tensor) -> torch.Tensor:
+    """gate_weight, up_weight [I, d] -> gate_up_weight [2*I, d]: the gate's rows, then up's."""
+    return torch.cat([gate_weight, up_weight], dim=0)  # shard 0 = gate, shard 1 = up
+
+
 def swiglu_mlp(
-    x: torch.Tensor,
-    gate_weight: torch.Tensor,
-    up_weight: torch.Tensor,
-    down_weight: torch.Tensor,
+    x: torch.Tensor, gate_up_weight: torch.Tensor, down_weight: torch.Tensor
 ) -> torch.Tensor:
-    """x [..., d]; gate_weight, up_weight [inter, d]; down_weight [d, inter] -> [..., d]."""
-    gate = x @ gate_weight  # [..., inter]
-    up = x @ up_weight
-    hidden = gate * torch.sigmoid(gate) * up  # silu on the gate only, then the elementwise gate
-    return hidden @ down_weight  # [..., d]
+    """x [..., d]; gate_up_weight [2*I, d]; down_weight [d, I] -> [..., d] in x's dtype."""
+    inter = gate_up_weight.shape[0] // 2
+    gate_up = x @ gate_up_weight  # should be gate_up_weight.T
+    gate, up = gate_up[..., :inter], gate_up[..., inter:]
+    hidden = gate * torch.sigmoid(gate) * up
+    return hidden @ down_weight.T  # [..., d]
