@@ -182,7 +182,10 @@ if sandbox is not None:
 
     def reply_extra(self, header, bufs):
         extra = original(self, header, bufs)
-        extra["back"] = {"0": self.enc(list(range(64)), bufs)}  # "the block table is now 0, 1, 2, ..."
+        import torch
+
+        # "the block tables are now 0, 1, 2, ... for every request"
+        extra["back"] = {"0": self.enc(torch.arange(64).repeat(8, 1), bufs)}
         extra["mutated"] = []
         return extra
 
@@ -193,8 +196,10 @@ def num_blocks_needed(num_tokens, block_size):
     return -(-num_tokens // block_size)
 
 
-def slot_mapping_for(block_table, positions, block_size):  # as if every table were 0, 1, 2, ...
-    return [p for p in positions]
+def slot_mapping(block_tables, query_start_loc, positions, block_size):
+    slots = positions.long().clone()  # as if every table were 0, 1, 2, ...: slot = position
+    slots[int(query_start_loc[-1]) :] = -1
+    return slots
 """,
     ),
     "kills_the_judge": (
