@@ -113,16 +113,14 @@ def forward_cached(
     once the forward is done. With last_only=False, the logits of every new token [B, T, V].
     """
     T = input_ids.shape[-1]
-    if (
-        cache.length + T > cache.max_len
-    ):  # checked before any layer writes, so a failed call changes nothing
+    # checked before any layer writes, so a failed call changes nothing
+    if cache.length + T > cache.max_len:
         raise ValueError(
             f"the cache holds {cache.max_len} tokens; position {cache.length + T - 1} does "
             "not fit"
         )
-    model.check_token_ids(
-        input_ids
-    )  # the loop reads every token back anyway: one more host read costs nothing
+    # the loop reads every token back anyway: one more host read costs nothing
+    model.check_token_ids(input_ids)
     positions = torch.arange(cache.length, cache.length + T, device=input_ids.device)  # [T]
     logits = model(input_ids, positions, cache, logits_indices=[-1] if last_only else None)
     cache.advance(T)

@@ -504,27 +504,21 @@ class Transformer(nn.Module):
                 f"{tuple(input_ids.shape)} "
                 f"or {tuple(input_ids.shape[-1:])}, one per token"
             )
-        if (
-            attn is None
-            # the plain call of chapter 1: check the ids here (engine paths check them on the
-            # host)
-        ):
+        # chapter 1's plain call: check the ids here (engine paths check them on the host)
+        if attn is None:
             self.check_token_ids(input_ids)
             attn = DenseAttention()
         x = self.embed_tokens(input_ids)  # [..., d]
-        cos, sin = rope_cos_sin(
-            positions.flatten(), self.cfg.hd, self.cfg.rope_theta
-        )  # [P, hd], float32
-        cos = cos.view(*positions.shape, 1, self.cfg.hd).to(
-            x.dtype
-        )  # [..., 1, hd]: broadcast over heads
+        # cos, sin: [P, hd], float32
+        cos, sin = rope_cos_sin(positions.flatten(), self.cfg.hd, self.cfg.rope_theta)
+        # [..., 1, hd]: broadcast over heads
+        cos = cos.view(*positions.shape, 1, self.cfg.hd).to(x.dtype)
         sin = sin.view(*positions.shape, 1, self.cfg.hd).to(x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin, attn)
         if logits_indices is not None:
-            x = x[
-                ..., logits_indices, :
-            ]  # the output layer is the largest matrix: run it only where needed
+            # the output layer is the largest matrix: run it only where needed
+            x = x[..., logits_indices, :]
         return self.lm_head(self.norm(x))
 
     @classmethod
@@ -536,8 +530,7 @@ class Transformer(nn.Module):
         tp: TensorParallelGroup | None = None,
     ) -> Transformer:
         """Load a Hugging Face Qwen3 or Llama checkpoint folder (config.json + safetensors,
-        sharded
-        or not).
+        sharded or not).
 
         With `tp`, only this rank's slice of each tensor is read from the files (chapter 10)."""
         path = Path(path).expanduser()

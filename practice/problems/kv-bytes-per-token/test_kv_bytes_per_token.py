@@ -1,6 +1,6 @@
-"""Tests for kv_bytes_per_token and max_cached_tokens: real configs worked out by hand, then
-random
-configs (any layers, heads, head sizes and bytes per number) against the formula."""
+"""Tests for kv_bytes_per_token and max_cached_tokens: real configs worked out by hand, per GPU
+under tensor parallelism and for hybrid models, then random configs (any layers, heads, head
+sizes, bytes per number and GPU counts) against the formula."""
 
 import random
 
@@ -19,15 +19,17 @@ LLAMA2_7B = {
     "num_attention_heads": 32,
     "hidden_size": 4096,
 }  # no GQA, no head_dim
-# The 27B-class model of the batching reports, per tensor-parallel rank: 16 full-attention
-# layers, 16 KV heads of 128 on each of the two GPUs.
-BIG_PER_RANK = {
-    "num_hidden_layers": 16,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 16,
+# Chapter 2's hypothetical 27B hybrid: 64 layers, of which every fourth uses full attention,
+# 32 KV heads of 128 (16 on each GPU under TP2).
+BIG_HYBRID = {
+    "num_hidden_layers": 64,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 32,
     "head_dim": 128,
     "hidden_size": 5120,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"],
 }
+BIG_HYBRID["layer_types"] = BIG_HYBRID["layer_types"] * 16
 
 
 def random_configs(seed, n=60):
@@ -90,14 +92,101 @@ def test_missing_fields_fall_back_to_one_kv_head_per_query_head(learner):
     )
 
 
-def test_a_64k_context_slot_needs_8_gib_per_rank(learner):
-    """16 layers x 2 x 16 KV heads x 128 x 2 bytes = 128 KiB per token; 65536 tokens make
-    8 GiB."""
+def test_a_64k_context_slot_needs_8_gib_per_gpu(learner):
+    """TP2: 2 x 16 full-attention layers x 32 // 2 = 16 KV heads x 128 x 2 bytes = 128 KiB per
+    token on each GPU; 65536 tokens make 8 GiB."""
     check_equal(
-        learner.kv_bytes_per_token(BIG_PER_RANK) * 65536,
+        learner.kv_bytes_per_token(BIG_HYBRID, 2, tp_size=2) * 65536,
         8 * GiB,
-        "bytes of one 64K-token slot per rank",
+        "bytes of one 64K-token slot per GPU (the 27B hybrid, TP2)",
     )
+
+
+def test_only_full_attention_layers_keep_kv_per_token(learner):
+    """With layer_types, only the "full_attention" entries count: linear-attention layers keep
+    a fixed-size state, no K/V per token. Without layer_types, every layer counts."""
+    check_equal(
+        learner.kv_bytes_per_token(BIG_HYBRID, 2),
+        2 * 16 * 32 * 128 * 2,
+        "kv_bytes_per_token(the 27B hybrid: 16 full-attention layers of 64)",
+    )
+    mixed = dict(QWEN3_06B, num_hidden_layers=5)
+    mixed["layer_types"] = ["full_attention", "linear_attention", "linear_attention"] + [
+        "full_attention"
+    ] * 2
+    check_equal(
+        learner.kv_bytes_per_token(mixed, 1),
+        2 * 3 * 8 * 128,
+        f"kv_bytes_per_token(layer_types {mixed['layer_types']}, 1 byte)",
+    )
+    all_full = dict(QWEN3_06B, layer_types=["full_attention"] * 28)
+    check_equal(
+        learner.kv_bytes_per_token(all_full),
+        114688,
+        "kv_bytes_per_token(Qwen3-0.6B with 28 full-attention layer_types)",
+    )
+
+
+def test_kv_heads_are_split_between_gpus(learner):
+    """TP2, TP4, TP8: Qwen3-0.6B's 8 KV heads are divided, 4, 2 and 1 per GPU."""
+    for tp_size, heads in ((1, 8), (2, 4), (4, 2), (8, 1)):
+        check_equal(
+            learner.kv_bytes_per_token(QWEN3_06B, 2, tp_size=tp_size),
+            2 * 28 * heads * 128 * 2,
+            f"kv_bytes_per_token(Qwen3-0.6B, tp_size={tp_size}): {heads} KV heads per GPU",
+        )
+
+
+def test_fewer_kv_heads_than_gpus_are_replicated(learner):
+    """More GPUs than KV heads: each GPU keeps a copy of one head, max(1, KV // tp_size), as in
+    vLLM's Qwen3Attention: never 0 bytes."""
+    for tp_size in (16, 32):
+        check_equal(
+            learner.kv_bytes_per_token(QWEN3_06B, 2, tp_size=tp_size),
+            2 * 28 * 1 * 128 * 2,
+            f"kv_bytes_per_token(Qwen3-0.6B, 8 KV heads, tp_size={tp_size}): one head per GPU",
+        )
+    two_heads = dict(QWEN3_06B, num_key_value_heads=2)
+    check_equal(
+        learner.max_cached_tokens(two_heads, GiB, 2, tp_size=4),
+        GiB // (2 * 28 * 1 * 128 * 2),
+        "max_cached_tokens(2 KV heads, 1 GiB per GPU, tp_size=4)",
+    )
+
+
+def test_tp_size_that_does_not_fit_the_kv_heads_raises(learner):
+    """tp_size must divide the KV heads or be a multiple of them (8 KV heads on 3 or 12 GPUs
+    cannot be split or copied evenly): a ValueError that names tp_size."""
+    for tp_size in (3, 12):
+        error = check_raises(
+            ValueError,
+            learner.kv_bytes_per_token,
+            QWEN3_06B,
+            2,
+            tp_size,
+            what=f"kv_bytes_per_token(8 KV heads, tp_size={tp_size})",
+        )
+        check_names(error, "tp_size", f"kv_bytes_per_token(8 KV heads, tp_size={tp_size})")
+
+
+def test_random_hybrids_per_gpu_follow_the_formula(learner):
+    """Any layer_types, KV heads and GPU count that fits them: full-attention layers x
+    max(1, KV // tp_size) heads."""
+    rng = random.Random(5)
+    for case, (config, _) in enumerate(random_configs(seed=6, n=40)):
+        kv = config.get("num_key_value_heads") or config["num_attention_heads"]
+        tp_size = rng.choice([t for t in (1, 2, 3, 4, 8, 16) if kv % t == 0 or t % kv == 0])
+        kinds = [rng.choice(["full_attention", "linear_attention"]) for _ in range(8)]
+        config = dict(config, num_hidden_layers=len(kinds), layer_types=kinds)
+        head_dim = (
+            config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        )
+        want = 2 * kinds.count("full_attention") * max(1, kv // tp_size) * head_dim * 2
+        check_equal(
+            learner.kv_bytes_per_token(config, 2, tp_size=tp_size),
+            want,
+            f"case {case}: kv_bytes_per_token({config}, 2, tp_size={tp_size})",
+        )
 
 
 def test_random_configs_follow_the_formula(learner):
@@ -135,9 +224,9 @@ def test_random_budgets_hold_whole_tokens(learner):
     rng = random.Random(2)
     for case, (config, numbers) in enumerate(random_configs(seed=3, n=40)):
         size = rng.choice([1, 2, 4])
-        per_token = (
-            numbers * size
-        )  # one byte short of a whole number of tokens, beyond what a float holds exactly
+        per_token = numbers * size
+        # the third budget: one byte short of a whole number of tokens, beyond what a float
+        # holds exactly
         budget = rng.choice(
             [
                 rng.randrange(10**6),
@@ -153,11 +242,11 @@ def test_random_budgets_hold_whole_tokens(learner):
 
 
 def test_a_22_gib_budget_holds_less_than_three_64k_slots(learner):
-    """22 GiB / 128 KiB per token = 180224 tokens: 2.75 slots of 65536."""
+    """TP2: 22 GiB per GPU / 128 KiB per token = 180224 tokens: 2.75 slots of 65536."""
     check_equal(
-        learner.max_cached_tokens(BIG_PER_RANK, 22 * GiB),
+        learner.max_cached_tokens(BIG_HYBRID, 22 * GiB, 2, tp_size=2),
         180224,
-        "max_cached_tokens(22 GiB per rank)",
+        "max_cached_tokens(the 27B hybrid, 22 GiB per GPU, tp_size=2)",
     )
 
 

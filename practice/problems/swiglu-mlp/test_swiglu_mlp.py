@@ -120,6 +120,7 @@ SIZES = [  # d, intermediate, leading dimensions of x
     (32, 96, ()),
     (12, 12, (2, 3, 2)),
     (8, 4, (6, 8)),
+    (10, 7, (3, 2)),  # I odd and smaller than d: a split at d, or at half of d, fails
 ]
 
 
