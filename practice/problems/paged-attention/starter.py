@@ -1,5 +1,5 @@
-"""Attention for a flat batch of requests whose K/V live in a paged cache (bottom-right causal
-mask, GQA)."""
+"""Attention for a flat batch of requests whose K/V live in a paged cache, in one padded,
+batched call: any mix of prefills, chunks and decodes (end-aligned causal mask, GQA)."""
 
 import torch
 

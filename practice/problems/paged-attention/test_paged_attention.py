@@ -1,13 +1,17 @@
-"""Tests for paged_attention: against dense float64 attention on each request's own tokens, over
-head
-groupings (powers of two or not), head sizes, block sizes, scales and mixes of prefills,
-chunks and decodes, with shuffled block tables and NaN in every slot a request does not own."""
+"""Tests for paged_attention: against dense float64 attention on each request's own tokens and
+against minillm's per-request reference, over head groupings (powers of two or not), head sizes,
+block sizes, scales and random mixes of prefills, chunks and decodes, with shuffled block tables
+and NaN in every slot a request does not own (block 0, the natural filler, included); and a
+check that the work is one batched call, not a loop over the requests."""
 
 import random
 
 import pytest
 import torch
 from grading import check_close
+
+from minillm.paged import PagedKVCache
+from minillm.paged import paged_attention as reference
 
 NAN = float("nan")
 
@@ -21,6 +25,7 @@ def build(
     num_blocks=40,
     seed=0,
     extra_blocks=0,
+    reserve_block_0=False,
 ):
     """requests: (num_cached, num_new) each. Returns q, the pool, the metadata and per request
     the dense
@@ -29,7 +34,9 @@ def build(
     g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     k_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), NAN)
     v_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), NAN)
-    free = list(range(num_blocks))
+    free = list(
+        range(1 if reserve_block_0 else 0, num_blocks)
+    )  # block 0 reserved: NaN, unowned
     rng.shuffle(free)
     qs, dense, tables, query_start_loc, seq_lens = [], [], [], [0], []
     for cached, new in requests:
@@ -185,4 +192,52 @@ def test_any_grouping_block_size_and_scale(learner, case):
         head_dim=head_dim,
         block_size=block_size,
         seed=10 + case,
+    )
+
+
+def random_mix(rng, num_requests, max_context):
+    """(num_cached, num_new) per request: prefills, chunks and decodes in random order."""
+    mix = []
+    for _ in range(num_requests):
+        kind, S = rng.choice(["prefill", "chunk", "decode"]), rng.randint(1, max_context)
+        new = {"prefill": S, "chunk": rng.randint(1, S), "decode": 1}[kind]
+        mix.append((S - new, new))
+    return mix
+
+
+MIXES = [  # seed, number of requests, heads, kv_heads, head_dim, block_size
+    (20, 5, 4, 2, 8, 4),
+    (21, 8, 6, 3, 8, 3),
+    (22, 3, 8, 1, 16, 16),
+    (23, 12, 4, 4, 4, 5),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MIXES)))
+def test_random_mixes_match_minillm(learner, case):
+    """Any mix of prefills, chunks and decodes, NaN in every stale slot and in the filler
+    block 0, GQA: the same as minillm's per-request reference, PagedAttention.varlen."""
+    seed, B, heads, kv_heads, head_dim, block_size = MIXES[case]
+    requests = random_mix(random.Random(seed), B, 40)
+    q, k_cache, v_cache, tables, seq_lens, qsl, _ = build(
+        requests,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        block_size=block_size,
+        num_blocks=B * 50 // block_size + 2 * B + 1,
+        seed=seed,
+        extra_blocks=case % 2,
+        reserve_block_0=True,
+    )
+    kv = PagedKVCache(1, k_cache.shape[0], block_size, kv_heads, head_dim)
+    kv.k[0].copy_(k_cache)
+    kv.v[0].copy_(v_cache)
+    scale = head_dim**-0.5
+    check_close(
+        run(learner, q, k_cache, v_cache, tables, seq_lens, qsl, scale),
+        reference(q, kv, 0, tables, seq_lens, qsl, scale),
+        f"the random mix {requests} ((cached, new) per request) with {heads} heads over "
+        f"{kv_heads} KV heads, block_size {block_size}",
+        atol=1e-5,
     )

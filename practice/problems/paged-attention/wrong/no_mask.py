@@ -1,4 +1,5 @@
-"""Wrong: lets every new token see the whole context, its own future included.
+"""Wrong: leaves out the causal mask: every new token sees its whole context, later tokens
+included.
 
 Caught by: test_prefill_is_ordinary_causal_attention.
 """
@@ -16,25 +17,42 @@ def paged_attention(
     scale: float,
 ) -> torch.Tensor:
     """q [N, H, hd]; k_cache, v_cache [num_blocks, block_size, KV, hd] -> [N, H, hd]."""
-    block_size, heads, kv_heads = k_cache.shape[1], q.shape[1], k_cache.shape[2]
-    out = torch.empty_like(q)
-    for table, seq_len, start, end in zip(
-        block_tables, seq_lens, query_start_loc, query_start_loc[1:]
-    ):
-        used = table[: (seq_len + block_size - 1) // block_size]
-        k = k_cache[used].flatten(0, 1)[
-            :seq_len
-        ]  # [S, KV, hd] in position order; stale slots cut off
-        v = v_cache[used].flatten(0, 1)[:seq_len]
-        k = k.repeat_interleave(heads // kv_heads, dim=1)  # [S, H, hd]
-        v = v.repeat_interleave(heads // kv_heads, dim=1)
-        n = end - start
-        scores = (
-            torch.einsum("nhd,shd->hns", q[start:end].float(), k.float()) * scale
-        )  # [H, n, S]
-        sees = torch.ones(n, seq_len, dtype=torch.bool, device=q.device).tril(
-            diagonal=seq_len - n
-        )
-        weights = scores.softmax(dim=-1)
-        out[start:end] = torch.einsum("hns,shd->nhd", weights, v.float()).to(q.dtype)
-    return out
+    N, H, hd = q.shape
+    block_size, KV = k_cache.shape[1], k_cache.shape[2]
+    B, dev = len(seq_lens), q.device
+    starts = torch.tensor(query_start_loc[:-1], device=dev)  # [B]
+    n_new = torch.tensor(query_start_loc[1:], device=dev) - starts  # [B]
+    seq = torch.tensor(seq_lens, device=dev)  # [B]
+    max_new = int(n_new.max())
+
+    # Each request's used blocks, padded with block 0 to the longest: one gather for all.
+    used = [
+        table[: (s + block_size - 1) // block_size] for table, s in zip(block_tables, seq_lens)
+    ]
+    max_blocks = max(len(u) for u in used)
+    table = torch.tensor([u + [0] * (max_blocks - len(u)) for u in used], device=dev)
+    L = max_blocks * block_size
+    key_pos = torch.arange(L, device=dev)  # [L]
+    live = key_pos < seq[:, None]  # [B, L]: a key of the request, not stale or filler
+    # Select the stale and filler slots away: masking alone would leave 0 * NaN = NaN in w @ v.
+    k = torch.where(live[:, :, None, None], k_cache[table].flatten(1, 2), 0.0)  # [B, L, KV, hd]
+    v = torch.where(live[:, :, None, None], v_cache[table].flatten(1, 2), 0.0)
+
+    # Queries padded to [B, max_new]: row j of request i is flat row starts[i] + j, if j < n_i.
+    row = torch.arange(max_new, device=dev)  # [max_new]
+    real = row < n_new[:, None]  # [B, max_new]
+    qp = q[(starts[:, None] + row).clamp(max=N - 1)]  # [B, max_new, H, hd]; padded rows dropped
+    # End-aligned causal mask: query j of request i sits at position seq_i - n_i + j.
+    q_pos = seq[:, None] - n_new[:, None] + row  # [B, max_new]
+    sees = live[:, None].expand(B, max_new, L)  # [B, max_new, L]: no causal mask
+
+    G = H // KV  # GQA by a reshape of q: the G query heads of one KV head, K/V never copied
+    # [B, max_new, H, hd] -> [B, KV, G, max_new, hd]
+    qg = qp.view(B, max_new, KV, G, hd).permute(0, 2, 3, 1, 4).float()
+    kt = k.permute(0, 2, 3, 1)[:, :, None].float()  # [B, KV, 1, hd, L]
+    scores = torch.matmul(qg, kt) * scale  # [B, KV, G, max_new, L]
+    weights = scores.masked_fill(~sees[:, None, None], float("-inf")).softmax(dim=-1)
+    vt = v.permute(0, 2, 1, 3)[:, :, None].float()  # [B, KV, 1, L, hd]
+    o = torch.matmul(weights, vt)  # [B, KV, G, max_new, hd]
+    o = o.permute(0, 3, 1, 2, 4).reshape(B, max_new, H, hd)
+    return o[real].to(q.dtype)  # [N, H, hd]: the real rows, in request order
