@@ -1,7 +1,7 @@
 """structured_output/char_automaton.py — the token mask of a small character automaton.
 
-Chapter 12 states the rules and imports this helper without showing it: writing it is the
-exercise fsm-token-mask. The automaton is given by `step(state, char) -> state or None` (None is
+Chapter 12 states the rules and imports this helper without showing it; the exercise
+fsm-token-mask computes every state's mask in one walk over a trie of the tokens. The automaton is given by `step(state, char) -> state or None` (None is
 the dead state) and its set of accepting states; tokens by their strings.
 """
 

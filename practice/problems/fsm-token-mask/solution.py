@@ -1,25 +1,41 @@
-"""The token mask of a deterministic character automaton: the tokens allowed in one state."""
+"""The token masks of every state of a character automaton, in one walk over a trie of the
+vocabulary."""
 
 
-def advance(transitions: dict, state, text: str):
-    """The state after every character of text, or None once a character has no transition."""
-    for ch in text:
-        state = transitions.get((state, ch))
-        if state is None:
-            return None
-    return state
-
-
-def token_mask(transitions: dict, accepting: set, state, tokens: list[str], stop_token: int):
-    """True for each token whose characters all run from state; the stop token where state is
-    accepting; an empty token never."""
+def all_masks(step, accepting: set, states: list, tokens: list[str], stop_token: int) -> dict:
+    """{state: mask} for every state of states: True for each token whose characters all run
+    from that state; the stop token where the state is accepting; an empty token never. Each
+    character of the trie of the tokens is stepped once per state still alive at its parent."""
     if not 0 <= stop_token < len(tokens):
         raise ValueError(
             f"stop_token is {stop_token}: expected a token id in [0, {len(tokens)})"
         )
-    mask = [
-        i != stop_token and text != "" and advance(transitions, state, text) is not None
-        for i, text in enumerate(tokens)
-    ]
-    mask[stop_token] = state in accepting
-    return mask
+    # the trie: node = {"ids": token ids ending here, "next": {char: node}}
+    root = {"ids": [], "next": {}}
+    for i, text in enumerate(tokens):
+        if i == stop_token or text == "":
+            continue  # the stop token's string is ignored; an empty token is never allowed
+        node = root
+        for ch in text:
+            node = node["next"].setdefault(ch, {"ids": [], "next": {}})
+        node["ids"].append(i)
+
+    masks = {s: [False] * len(tokens) for s in states}
+    # depth first; alive holds (start state, current state) for the starts still alive here
+    stack = [(root, [(s, s) for s in states])]
+    while stack:
+        node, alive = stack.pop()
+        for i in node["ids"]:
+            for start, _ in alive:
+                masks[start][i] = True
+        for ch, child in node["next"].items():
+            after = []
+            for start, cur in alive:
+                nxt = step(cur, ch)  # one call per live start per trie edge
+                if nxt is not None:
+                    after.append((start, nxt))
+            if after:  # no live start: the whole subtree is refused without stepping it
+                stack.append((child, after))
+    for s in states:
+        masks[s][stop_token] = s in accepting
+    return masks

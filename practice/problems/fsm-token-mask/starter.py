@@ -1,12 +1,9 @@
-"""The token mask of a deterministic character automaton: the tokens allowed in one state."""
+"""The token masks of every state of a character automaton, in one walk over a trie of the
+vocabulary."""
 
 
-def advance(transitions: dict, state, text: str):
-    """The state after every character of text, or None once a character has no transition."""
-    raise NotImplementedError("advance")
-
-
-def token_mask(transitions: dict, accepting: set, state, tokens: list[str], stop_token: int):
-    """True for each token whose characters all run from state; the stop token where state is
-    accepting; an empty token never."""
-    raise NotImplementedError("token_mask")
+def all_masks(step, accepting: set, states: list, tokens: list[str], stop_token: int) -> dict:
+    """{state: mask} for every state of states: True for each token whose characters all run
+    from that state; the stop token where the state is accepting; an empty token never. Each
+    character of the trie of the tokens is stepped once per state still alive at its parent."""
+    raise NotImplementedError("all_masks")

@@ -1,28 +1,25 @@
 """Wrong: returns the example's masks whatever the automaton and tokens.
 
-Caught by: test_random_automata_and_vocabularies.
+Caught by: test_masks_equal_the_token_by_token_masks.
 """
 
 
-def advance(transitions: dict, state, text: str):
-    """The state after every character of text, or None once a character has no transition."""
-    for ch in text:
-        state = transitions.get((state, ch))
-        if state is None:
-            return None
-    return state
-
-
-def token_mask(transitions: dict, accepting: set, state, tokens: list[str], stop_token: int):
-    """True for each token whose characters all run from state; the stop token where state is
-    accepting; an empty token never."""
+def all_masks(step, accepting: set, states: list, tokens: list[str], stop_token: int) -> dict:
+    """{state: mask} for every state of states: True for each token whose characters all run
+    from that state; the stop token where the state is accepting; an empty token never. Each
+    character of the trie of the tokens is stepped once per state still alive at its parent."""
     if not 0 <= stop_token < len(tokens):
-        raise ValueError(f"stop_token is {stop_token}: expected an id in [0, {len(tokens)})")
-    if state == "digits":
-        return [False, True, True, False, False, False, False, True]
-    if state == "sign":
-        return [False, True, True, False, False, False, False, False]
-    mask = [True, True, True, True, False, False, False, False]
-    if stop_token == 1:
-        mask[1] = False
-    return mask
+        raise ValueError(
+            f"stop_token is {stop_token}: expected a token id in [0, {len(tokens)})"
+        )
+    example = {
+        "start": [True, True, True, True, False, False, False, False],
+        "sign": [False, True, True, False, False, False, False, False],
+        "digits": [False, True, True, False, False, False, False, True],
+    }
+    masks = {s: list(example.get(s, example["digits"])) for s in states}
+    if stop_token == 1 and "start" in masks:
+        masks["start"][1] = False
+    if stop_token == 5 and "digits" in masks:
+        masks["digits"][5] = True
+    return masks
