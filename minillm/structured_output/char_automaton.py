@@ -1,8 +1,9 @@
 """structured_output/char_automaton.py — the token mask of a small character automaton.
 
 Chapter 12 states the rules and imports this helper without showing it; the exercise
-fsm-token-mask computes every state's mask in one walk over a trie of the tokens. The automaton is given by `step(state, char) -> state or None` (None is
-the dead state) and its set of accepting states; tokens by their strings.
+fsm-token-mask computes every state's mask in one walk over a trie of the tokens. The automaton
+is given by `step(state, char) -> state or None` (None is the dead state) and its set of
+accepting states; tokens by their strings.
 """
 
 from __future__ import annotations
