@@ -177,9 +177,8 @@ def test_wrong_solution_fails_with_the_test_named(judge, tmp_path):
 def test_endless_loop_times_out_with_a_clear_message(judge, tmp_path):
     looping = solution_with(
         "kv-bytes-per-token",
-        '    return 2 * config["num_hidden_layers"]',
-        "    n = 0\n    while n < 10:\n        pass\n    return 2 * "
-        'config["num_hidden_layers"]',
+        "    return 2 * layers * kv_heads_per_gpu",
+        "    n = 0\n    while n < 10:\n        pass\n    return 2 * layers * kv_heads_per_gpu",
     )
     result = judge(
         "test",
@@ -206,9 +205,8 @@ def test_endless_loop_is_located_after_much_stderr_and_beside_another_thread(jud
     # sleeps: the stack the judge shows is still the looping one
     looping = solution_with(
         "kv-bytes-per-token",
-        '    return 2 * config["num_hidden_layers"]',
-        "    n = 0\n    while n < 10:\n        pass\n    return 2 * "
-        'config["num_hidden_layers"]',
+        "    return 2 * layers * kv_heads_per_gpu",
+        "    n = 0\n    while n < 10:\n        pass\n    return 2 * layers * kv_heads_per_gpu",
     )
     looping += (
         "\nimport sys, threading, time\nsys.stderr.write('noise ' * 5000)\n"
