@@ -42,8 +42,8 @@ def call(learner, *args):
 
 
 def test_the_task_example(learner):
-    got = call(learner, [("a", 40, [7, 8, 9]), ("b", 20, [])], {7: 1, 8: 1, 9: 0}, 4, 16, 30, 4)
-    check_equal(got, [("a", 32, 8), ("b", 0, 20)], "admit(the task's example)")
+    got = call(learner, [("a", 48, [7, 8, 9]), ("b", 20, [])], {7: 1, 8: 1, 9: 0}, 4, 16, 30, 4)
+    check_equal(got, [("a", 32, 16), ("b", 0, 14)], "admit(the task's example)")
 
 
 def test_the_last_token_is_always_computed(learner):

