@@ -101,3 +101,29 @@ def test_the_models_scale_to_a_real_model_without_running_it():
     assert (varlen.busy_programs, varlen.waves(), varlen.longest_walk) == (16, 1, 32768)
     assert (split.busy_programs, split.waves(), split.longest_walk) == (1024, 8, 256)
     assert varlen.kv_bytes() == 2 * split.kv_bytes() == 2 * 2 * 32768 * 8 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    "seq_lens, query_lens, kv_heads, group, block_size",
+    [
+        ([300, 90], [1, 1], 2, 4, 16),  # decode: the padded gather and matmul's copies
+        ([17], [1], 2, 4, 4),  # decode of one request: matmul needs no copy
+        ([17, 40], [1, 1], 1, 4, 16),  # decode with one KV head: no copy either
+        ([70, 40, 9], [1, 40, 3], 2, 3, 16),  # varlen: one attention call per request
+    ],
+)
+def test_the_torch_reference_moves_what_its_code_says(
+    seq_lens, query_lens, kv_heads, group, block_size
+):
+    from minillm.kernels.traffic import count_torch_ops, torch_reference_traffic
+
+    q, kv, tables, qsl = batch(seq_lens, query_lens, kv_heads, group, 8, block_size)
+    attn = PagedAttention(kv, tables, seq_lens, qsl)
+    with count_torch_ops(kv.k[0], kv.v[0]) as counted:
+        attn.decode(0, q, 0.25) if attn.decode_only else attn.varlen(0, q, 0.25)
+    model = torch_reference_traffic(
+        seq_lens, query_lens, kv_heads * group, kv_heads, 8, block_size
+    )
+    assert counted == model
+    distinct = 2 * sum(seq_lens) * kv_heads * 8
+    assert model.kv_read + model.kv_written > 2 * distinct  # at least one copy of every row

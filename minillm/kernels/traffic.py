@@ -10,6 +10,10 @@ interpret (a 32K context of a real model). Tests check the two against each othe
 A count is of elements read by programs, not of DRAM traffic: on a GPU, two programs that read
 the same K row may both miss the caches, or the second may hit L2. The count is what the kernel
 asks for; the reload factor (elements read over distinct elements) says how much it asks twice.
+
+The torch reference the kernels replace (chapter 4's `PagedAttention.decode` and `.varlen`) is
+counted the same two ways: `count_torch_ops()` watches the aten operations it runs, and
+`torch_reference_traffic` computes the same counts from its code.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from minillm.kernels.triton_runtime import interpreting
 
@@ -105,6 +110,113 @@ def count_traffic():
     finally:
         executor._init_args_hst = original_init
         del builder.create_masked_load, builder.set_grid_idx  # back to the class's methods
+
+
+# aten operations that relabel a tensor (or only allocate one): no kernel, no data moved
+_NO_LAUNCH = {
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.expand.default",
+    "aten.permute.default",
+    "aten.transpose.int",
+    "aten.unsqueeze.default",
+    "aten.select.int",
+    "aten.slice.Tensor",
+    "aten.empty_like.default",
+}
+# aten operations that copy their input: a copy of K/V is K/V too
+_COPIES = {"aten.index.Tensor", "aten.clone.default", "aten.copy_.default"}
+
+
+@dataclass
+class TorchCost:
+    """What the torch reference asks of a GPU in one layer: its operations and the K/V they
+    move."""
+
+    launches: int = 0  # aten operations that compute or copy: each is a kernel launch on a GPU
+    kv_read: int = 0  # K and V elements read, every operation together
+    kv_written: int = 0  # K and V elements written: the copies the reference makes of them
+
+    def kv_bytes(self, bytes_per_number: int = 2) -> int:
+        """Bytes of K/V read and written."""
+        return (self.kv_read + self.kv_written) * bytes_per_number
+
+
+@contextlib.contextmanager
+def count_torch_ops(k_cache, v_cache):
+    """Count the aten operations run inside the block and the K/V elements they read and write.
+
+    K/V is the storage of the two caches and every copy made of it (a gather, a clone). An
+    operation reads each K/V operand whole, as the operation sees it (a K expanded to all query
+    heads counts once per query head), except a gather, which reads only the rows it takes.
+    Views launch nothing and are not counted.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    cost = TorchCost()
+    kv_storages = {k_cache.untyped_storage().data_ptr(), v_cache.untyped_storage().data_ptr()}
+    kept = []  # the K/V copies, held so that no later tensor reuses their memory
+
+    def is_kv(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in kv_storages
+
+    class Counter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = str(func)
+            if name in _NO_LAUNCH:
+                return out
+            cost.launches += 1
+            inputs = tree_flatten((args, kwargs or {}))[0]
+            if name == "aten.copy_.default":
+                inputs = inputs[1:]  # copy_(dest, src) reads only src
+            read = [t for t in inputs if is_kv(t)]
+            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            if name == "aten.index.Tensor" and read:
+                cost.kv_read += outputs[0].numel()  # a gather reads the rows it takes
+            else:
+                cost.kv_read += sum(t.numel() for t in read)
+            if name in _COPIES and read:
+                for t in outputs:
+                    cost.kv_written += t.numel()
+                    kv_storages.add(t.untyped_storage().data_ptr())
+                    kept.append(t)
+            return out
+
+    with Counter():
+        yield cost
+
+
+def torch_reference_traffic(
+    seq_lens, query_lens, num_heads, num_kv_heads, head_dim, block_size=16
+) -> TorchCost:
+    """Chapter 4's PagedAttention in one layer, from its code: `decode` for a step of decodes
+    only, `varlen` (one attention call per request) for any other step."""
+    kv_row = num_kv_heads * head_dim  # elements of one position's K (or V), all KV heads
+    if all(n == 1 for n in query_lens):
+        # decode: K and V each gathered through the block tables padded to the longest, [B, L,
+        # KV, hd] (a read and a write) and multiplied (a read). torch.matmul folds [B, KV] into
+        # one batch axis, which for the permuted gather takes a contiguous copy (a read and a
+        # write) unless B or KV is 1. Operations: 2 gathers, (2 copies,) 2 products, and the
+        # scale, mask and softmax of the scores (4).
+        rows = len(seq_lens) * max(math.ceil(n / block_size) for n in seq_lens) * block_size
+        copies = int(len(seq_lens) > 1 and num_kv_heads > 1)
+        return TorchCost(
+            8 + 2 * copies, 2 * (2 + copies) * rows * kv_row, 2 * (1 + copies) * rows * kv_row
+        )
+    cost = TorchCost()
+    for seq_len in seq_lens:
+        gathered = math.ceil(seq_len / block_size) * block_size * kv_row  # whole blocks
+        repeated = seq_len * num_heads * head_dim  # K (or V) copied to every query head
+        # varlen, per request: K and V each gathered (a read and a write), repeated to the
+        # query heads by repeat_interleave (a read and a write of every copy) and read by
+        # scaled_dot_product_attention. Operations: 2 gathers, 2 repeats, the mask (ones,
+        # tril; in attention 2 scalars and a where), the attention, the copy into the output.
+        cost.launches += 11
+        cost.kv_read += 2 * (gathered + 2 * repeated)
+        cost.kv_written += 2 * (gathered + repeated)
+    return cost
 
 
 @dataclass
