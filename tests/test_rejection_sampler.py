@@ -67,6 +67,33 @@ def test_a_sampler_without_the_residual_fails_the_same_test():
     assert chi2(counts.flatten(), target.flatten()) > CHI2_CRIT_001[15]
 
 
+def first_token_and_bonus(bonus_row: torch.Tensor) -> torch.Tensor:
+    """Counts [4, 4] of the first two tokens over N seeded verifies of k = 1 draft drawn from
+    Q[0]. When the draft is accepted the second token is the bonus, drawn from bonus_row (P[1]
+    when right); when it is rejected, the second comes from the next step's plain draw from
+    P[1]."""
+    counts = torch.zeros(4, 4, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(99)
+    p = torch.stack([P[0], bonus_row])  # [k + 1 = 2, 4]
+    for trial in range(N):
+        draft = [int(torch.multinomial(Q[0], 1, generator=gen))]
+        out = rejection_sample(p, draft, Q[:1], seed=trial, step=0)
+        if len(out) == 1:
+            out.append(int(torch.multinomial(P[1], 1, generator=gen)))
+        counts[out[0], out[1]] += 1
+    return counts
+
+
+def test_the_bonus_token_after_an_accepted_proposal_is_drawn_from_the_target():
+    # sum_x min(P[0], Q[0]) = 0.5: half the verifies accept their one proposal and add a bonus
+    target = P[0][:, None] * P[1][None, :]  # [4, 4]
+    stat = chi2(first_token_and_bonus(P[1]).flatten(), target.flatten())
+    assert stat < CHI2_CRIT_001[15]
+    # the control: a bonus drawn from the wrong row (uniform) fails the same test
+    wrong = first_token_and_bonus(P[2])
+    assert chi2(wrong.flatten(), target.flatten()) > CHI2_CRIT_001[15]
+
+
 def test_a_proposal_without_probabilities_is_a_one_hot_q():
     counts = first_two_tokens(residual=True, q=None)  # n-gram style: always proposes [3, 2]
     stat = chi2(counts.sum(dim=1), P[0])
