@@ -10,6 +10,7 @@ every load, and every error names the file and the command that fixes it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 
@@ -131,10 +132,16 @@ def read_config(path: Path) -> dict:
     was expected."""
     path = Path(path)
     if not path.is_dir():
+        env = os.environ.get("MINILLM_MODEL")
+        if env and Path(env).expanduser() == path:  # the path came from the variable
+            raise FileNotFoundError(
+                f"model folder {path} (from MINILLM_MODEL) does not exist; point MINILLM_MODEL "
+                "at a Qwen3 checkpoint folder (or `smollm2`) or unset it to use the built-in "
+                "tiny model"
+            )
         raise FileNotFoundError(
-            f"model folder {path} does not exist; point MINILLM_MODEL at a Qwen3 checkpoint "
-            "folder "
-            "(or `smollm2`) or unset it to use the built-in tiny model"
+            f"model folder {path} does not exist: expected a folder with config.json and "
+            "*.safetensors"
         )
     file = path / "config.json"
     if not file.exists():

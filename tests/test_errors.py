@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from minillm.checkpoints import default_model_path
 from minillm.checks.reference import hf_logits
 from minillm.model import Transformer
 
@@ -36,11 +37,19 @@ def edit_tensors(folder, drop=(), add=None):
     save_file(state, str(folder / "model.safetensors"))
 
 
-def test_missing_folder(tmp_path):
-    with pytest.raises(
-        FileNotFoundError, match=r"model folder .*nowhere does not exist.*MINILLM_MODEL"
-    ):
+def test_missing_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINILLM_MODEL", raising=False)
+    with pytest.raises(FileNotFoundError, match=r"model folder .*nowhere does not exist") as e:
         Transformer.from_pretrained(tmp_path / "nowhere")
+    assert "MINILLM_MODEL" not in str(e.value)  # the path was passed directly
+
+
+def test_missing_folder_from_minillm_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINILLM_MODEL", str(tmp_path / "nowhere"))
+    with pytest.raises(
+        FileNotFoundError, match=r"model folder .*nowhere \(from MINILLM_MODEL\) does not exist"
+    ):
+        Transformer.from_pretrained(default_model_path())
 
 
 def test_missing_config_json(ckpt):
