@@ -136,6 +136,9 @@ class TorchCost:
     launches: int = 0  # aten operations that compute or copy: each is a kernel launch on a GPU
     kv_read: int = 0  # K and V elements read, every operation together
     kv_written: int = 0  # K and V elements written: the copies the reference makes of them
+    # what count_torch_ops saw, one entry per launch: (aten operation, K/V read, K/V written);
+    # left out of ==, so that a count compares equal to the computed totals
+    ops: list[tuple[str, int, int]] = field(default_factory=list, compare=False, repr=False)
 
     def kv_bytes(self, bytes_per_number: int = 2) -> int:
         """Bytes of K/V read and written."""
@@ -149,7 +152,7 @@ def count_torch_ops(k_cache, v_cache):
     K/V is the storage of the two caches and every copy made of it (a gather, a clone). An
     operation reads each K/V operand whole, as the operation sees it (a K expanded to all query
     heads counts once per query head), except a gather, which reads only the rows it takes.
-    Views launch nothing and are not counted.
+    Views launch nothing and are not counted. `ops` lists each counted operation in order.
     """
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -174,14 +177,18 @@ def count_torch_ops(k_cache, v_cache):
             read = [t for t in inputs if is_kv(t)]
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             if name == "aten.index.Tensor" and read:
-                cost.kv_read += outputs[0].numel()  # a gather reads the rows it takes
+                kv_read = outputs[0].numel()  # a gather reads the rows it takes
             else:
-                cost.kv_read += sum(t.numel() for t in read)
+                kv_read = sum(t.numel() for t in read)
+            kv_written = 0
             if name in _COPIES and read:
                 for t in outputs:
-                    cost.kv_written += t.numel()
+                    kv_written += t.numel()
                     kv_storages.add(t.untyped_storage().data_ptr())
                     kept.append(t)
+            cost.kv_read += kv_read
+            cost.kv_written += kv_written
+            cost.ops.append((name, kv_read, kv_written))
             return out
 
     with Counter():
