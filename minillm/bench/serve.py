@@ -136,9 +136,10 @@ async def run_load(
         await asyncio.gather(*(unmeasured(p) for p in prompts[: 2 * max_concurrency]))
     start = time.perf_counter()
     tasks = []
-    for p in prompts:
+    for i, p in enumerate(prompts):
         tasks.append(asyncio.create_task(limited(p)))
-        if math.isfinite(rate):
+        # the gap to the next arrival; none after the last: the run ends on the last answer
+        if math.isfinite(rate) and i < len(prompts) - 1:
             await asyncio.sleep(rng.expovariate(rate))
     results = await asyncio.gather(*tasks)
     seconds = time.perf_counter() - start

@@ -449,8 +449,9 @@ def create_app(
 
             async def collect():
                 outs = [_Choice() for _ in pairs]
-                async for k, d in merge_choices(pairs):
-                    outs[k].add(d)
+                async with contextlib.aclosing(merge_choices(pairs)) as merged:
+                    async for k, d in merged:
+                        outs[k].add(d)
                 choices = []
                 for k, c in enumerate(outs):
                     # max_tokens 0: the prompt alone (the engine ran one token, dropped here)
@@ -482,38 +483,41 @@ def create_app(
         async def chunks():
             outs, offsets, started = [_Choice() for _ in pairs], [0] * len(pairs), set()
             num_prompt = sum(map(len, prompts))
-            async for k, d in merge_choices(pairs):
-                c, first = outs[k], k not in started
-                started.add(k)
-                c.add(d)
-                text, ids, lps = d.text, d.token_ids, d.logprobs or []
-                if echo_only:
-                    text, ids, lps, c.num_output = "", [], [], 0
-                    d.finish_reason = "length"
-                text = (echo[k // n] if first else "") + text
-                lp = await lp_for(k, c, first, ids, lps, offsets[k])
-                if lp is not None:
-                    offsets[k] = (
-                        lp["text_offset"][-1] + len(lp["tokens"][-1])
-                        if lp["tokens"]
-                        else offsets[k]
-                    )
-                if text or d.finish_reason or tids or lp:
-                    u = (
-                        usage(num_prompt, sum(o.num_output for o in outs))
-                        if req.usage_every_chunk
-                        else None
-                    )
-                    yield completion_body(
-                        rid,
-                        name,
-                        [
-                            completion_choice(
-                                k, text, d.finish_reason, lp, ids if tids else None
-                            )
-                        ],
-                        u,
-                    )
+            # aclosing: an `async for` leaves the generator suspended when the loop is left
+            # early; closing it here runs merge_choices' `finally` (the aborts) at once
+            async with contextlib.aclosing(merge_choices(pairs)) as merged:
+                async for k, d in merged:
+                    c, first = outs[k], k not in started
+                    started.add(k)
+                    c.add(d)
+                    text, ids, lps = d.text, d.token_ids, d.logprobs or []
+                    if echo_only:
+                        text, ids, lps, c.num_output = "", [], [], 0
+                        d.finish_reason = "length"
+                    text = (echo[k // n] if first else "") + text
+                    lp = await lp_for(k, c, first, ids, lps, offsets[k])
+                    if lp is not None:
+                        offsets[k] = (
+                            lp["text_offset"][-1] + len(lp["tokens"][-1])
+                            if lp["tokens"]
+                            else offsets[k]
+                        )
+                    if text or d.finish_reason or tids or lp:
+                        u = (
+                            usage(num_prompt, sum(o.num_output for o in outs))
+                            if req.usage_every_chunk
+                            else None
+                        )
+                        yield completion_body(
+                            rid,
+                            name,
+                            [
+                                completion_choice(
+                                    k, text, d.finish_reason, lp, ids if tids else None
+                                )
+                            ],
+                            u,
+                        )
             if req.stream_options and req.stream_options.include_usage:
                 yield usage_chunk(
                     rid, name, "text_completion", num_prompt, sum(o.num_output for o in outs)
@@ -568,8 +572,9 @@ def create_app(
 
             async def collect():
                 outs = [_Choice() for _ in pairs]
-                async for k, d in merge_choices(pairs):
-                    outs[k].add(d)
+                async with contextlib.aclosing(merge_choices(pairs)) as merged:
+                    async for k, d in merged:
+                        outs[k].add(d)
                 choices = [
                     chat_choice(
                         k,
@@ -591,25 +596,32 @@ def create_app(
             outs = [_Choice() for _ in pairs]
             for k in range(len(pairs)):
                 yield chat_chunk(rid, name, k, {"role": "assistant", "content": ""})
-            async for k, d in merge_choices(pairs):
-                outs[k].add(d)
-                lp = await off_loop(chat_lp, d.token_ids, d.logprobs) if req.logprobs else None
-                if d.text or d.finish_reason or tids or lp:
-                    u = (
-                        usage(len(ids), sum(o.num_output for o in outs))
-                        if req.usage_every_chunk
+            # aclosing: an `async for` leaves the generator suspended when the loop is left
+            # early; closing it here runs merge_choices' `finally` (the aborts) at once
+            async with contextlib.aclosing(merge_choices(pairs)) as merged:
+                async for k, d in merged:
+                    outs[k].add(d)
+                    lp = (
+                        await off_loop(chat_lp, d.token_ids, d.logprobs)
+                        if req.logprobs
                         else None
                     )
-                    yield chat_chunk(
-                        rid,
-                        name,
-                        k,
-                        {"content": d.text} if d.text else {},
-                        d.finish_reason,
-                        d.token_ids if tids else None,
-                        lp,
-                        u,
-                    )
+                    if d.text or d.finish_reason or tids or lp:
+                        u = (
+                            usage(len(ids), sum(o.num_output for o in outs))
+                            if req.usage_every_chunk
+                            else None
+                        )
+                        yield chat_chunk(
+                            rid,
+                            name,
+                            k,
+                            {"content": d.text} if d.text else {},
+                            d.finish_reason,
+                            d.token_ids if tids else None,
+                            lp,
+                            u,
+                        )
             if req.stream_options and req.stream_options.include_usage:
                 yield usage_chunk(
                     rid,
