@@ -283,7 +283,7 @@ def test_operator_routes(server, tokenizer):
         "minillm:kv_cache_usage_blocks",
         "vllm:prefix_cache_hits_total",
         "vllm:time_to_first_token_seconds_bucket",
-        "vllm:time_per_output_token_seconds_bucket",
+        "vllm:request_time_per_output_token_seconds_bucket",
         "vllm:inter_token_latency_seconds_bucket",
         "vllm:generation_tokens_total",
         "vllm:prompt_tokens_total",

@@ -4,9 +4,11 @@ names.
 Counters and histograms are fed by the engine thread (AsyncEngine calls `on_step`, `on_token`,
 `on_finish`); gauges (requests running and waiting, KV blocks in use) and the prefix cache's
 totals are read from the engine when Prometheus scrapes. The names are vLLM's
-(`vllm:num_requests_running`, `vllm:time_to_first_token_seconds`, ...), so a dashboard built for
-`vllm serve` reads this server too. Each app has its own registry: two servers in one process do
-not share counts.
+(`vllm:num_requests_running`, `vllm:time_to_first_token_seconds`, ...), each fed the same
+quantity as vLLM's: `vllm:inter_token_latency_seconds` gets every gap between two tokens,
+`vllm:request_time_per_output_token_seconds` one mean gap per finished request. So a dashboard
+built for `vllm serve` reads this server too. Each app has its own registry: two servers in one
+process do not share counts.
 """
 
 from __future__ import annotations
@@ -149,9 +151,9 @@ class ServerMetrics:
             buckets=TOKEN_BUCKETS,
             **reg,
         )
-        self.tpot = Histogram(
-            "vllm:time_per_output_token_seconds",
-            "A request's mean time per output token after the first.",
+        self.tpot = Histogram(  # one sample per finished request; the gaps go to self.itl
+            "vllm:request_time_per_output_token_seconds",
+            "Each finished request's mean time per output token after the first.",
             buckets=TOKEN_BUCKETS,
             **reg,
         )
