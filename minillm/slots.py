@@ -148,9 +148,8 @@ class SlotView:
         self.cache.v[layer][s, start:end] = v[0]
         return self.cache.k[layer][s : s + 1, :end], self.cache.v[layer][s : s + 1, :end]
 
-    attend = (
-        KVCache.attend
-    )  # the same backend step as chapter 2's cache: store, then attend over the history
+    # the same backend step as chapter 2's cache: store, then attend over the history
+    attend = KVCache.attend
 
     def advance(self, n: int) -> None:
         self.cache.lengths[self.slot] += n
@@ -187,9 +186,8 @@ def decode(model: Transformer, cache: SlotKVCache, request_id, token: int) -> to
 
 def _run(model, cache, request_id, slot, token_ids) -> torch.Tensor:
     end = cache.lengths[slot] + len(token_ids)
-    if (
-        end > cache.max_ctx
-    ):  # checked before the model writes anything, so the slot stays as it was
+    # checked before the model writes anything, so the slot stays as it was
+    if end > cache.max_ctx:
         raise ValueError(
             f"request {request_id!r} would reach {end} tokens, "
             f"but slot {slot} holds max_ctx={cache.max_ctx}"
