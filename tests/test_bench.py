@@ -276,3 +276,22 @@ def test_the_ceiling_comes_from_the_engines_own_forwards_in_the_timed_runs():
     assert [s["engine_forward_ms"] for s in steps] == pytest.approx([10.0, 12.5])
     assert [s["ceiling"] for s in steps] == pytest.approx([1.0, 2 * 10.0 / 12.5])
     assert steps[1]["overhead_ms"] == pytest.approx(13.0 - 12.5)
+
+
+def test_the_breakdown_splits_wall_time_by_forward_kind():
+    model = Transformer(tiny_cfg(tied=False))
+    log = []
+    stop = bench_floor.record_model_calls(model, log)
+    from minillm.kv_cache import generate
+
+    out = generate(model, [1, 2, 3, 4, 5], 4)
+    stop()
+    assert "forward" not in vars(model)  # the class's forward is back
+    assert len(out) == 4 and [(n, r) for n, r, _ in log] == [(5, 1)] + [(1, 1)] * 3
+    b = bench_floor.split_seconds(log, wall_s=10.0)
+    assert b["prompt_s"] == log[0][2] and b["decode_s"] == sum(s for *_, s in log[1:])
+    assert b["other_s"] == pytest.approx(10.0 - b["prompt_s"] - b["decode_s"])
+    assert b["forwards"] == 4
+    # an engine's step of 2 decodes is a decode; 2 decodes beside a prompt chunk is not
+    split = bench_floor.split_seconds([(2, 2, 1.0), (9, 3, 2.0), (1, 1, 0.5)], wall_s=4.0)
+    assert (split["decode_s"], split["prompt_s"], split["other_s"]) == (1.5, 2.0, 0.5)

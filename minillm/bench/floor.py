@@ -13,7 +13,10 @@ throughput table:
   figure that shows why batching pays (the weights are read once per step, whatever the rows);
 - `profile_decode_step`: a `torch.profiler` table of one decode step, by operator;
 - `projection_split`: how much of a bs-1 step the projections take, and the bandwidth at which
-  they read their weights: what separates the step from the floor, measured.
+  they read their weights: what separates the step from the floor, measured;
+- `record_forwards`, `record_model_calls` and `split_seconds`: each contender's wall time split
+  into decode forwards, forwards that carry a prompt, and the rest, from the timed runs
+  themselves.
 """
 
 from __future__ import annotations
@@ -152,6 +155,36 @@ def record_forwards(engine) -> list[tuple[int, int, float]]:
 
     engine.runner.forward = forward
     return log
+
+
+def record_model_calls(model: Transformer, log: list):
+    """Until the returned function is called, every call of `model` appends (tokens, 1,
+    seconds) to `log`: the same records as `record_forwards`, for a loop that calls the model
+    itself (chapter 2's `generate`, one request, so one row per decode)."""
+    inner = model.forward
+
+    def forward(input_ids, *args, **kwargs):
+        t = time.perf_counter()
+        out = inner(input_ids, *args, **kwargs)
+        log.append((input_ids.numel(), 1, time.perf_counter() - t))
+        return out
+
+    model.forward = forward
+    return lambda: delattr(model, "forward")  # the class's forward again
+
+
+def split_seconds(forwards, wall_s: float) -> dict:
+    """Wall seconds split three ways: pure-decode forwards (one token per request), forwards
+    that carry a prompt (prefill, or a prompt chunk beside decodes), and everything else (the
+    loop or the engine around the forwards: scheduling, batch building, sampling)."""
+    decode_s = sum(s for tokens, reqs, s in forwards if tokens == reqs)
+    prompt_s = sum(s for tokens, reqs, s in forwards if tokens != reqs)
+    return dict(
+        decode_s=decode_s,
+        prompt_s=prompt_s,
+        other_s=wall_s - decode_s - prompt_s,
+        forwards=len(forwards),
+    )
 
 
 def measure_floor(

@@ -32,6 +32,22 @@ def print_table(
     )
 
 
+def print_breakdown(breakdown: dict) -> None:
+    """Each contender's wall time per output token, split into its decode forwards, its
+    forwards that carry a prompt, and the rest: the parts a throughput ratio is made of."""
+    print("where the time goes, ms per output token (all timed rounds):")
+    print(f"{'':>14} | {'decode fwd':>10} | {'prompt fwd':>10} | {'rest':>6} | {'total':>6}")
+    for name, b in breakdown.items():
+        per = 1e3 / b["output_tokens"]
+        parts = (b["decode_s"], b["prompt_s"], b["other_s"])
+        print(
+            f"{name:>14} | "
+            + " | ".join(f"{x * per:>{w}.2f}" for x, w in zip(parts, (10, 10, 6)))
+            + f" | {sum(parts) * per:>6.2f}"
+        )
+    print()
+
+
 def print_floor(floor: dict, steps: list[dict]) -> None:
     """The memory floor of a bs-1 decode step, and one step's time against its rows."""
     print(

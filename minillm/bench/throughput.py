@@ -47,7 +47,7 @@ from minillm.bench import floor as bench_floor
 from minillm.bench import forms as bench_forms
 from minillm.bench import mixed as bench_mixed
 from minillm.bench.common import BLOCK_SIZE, fill_defaults, load_average, machine, model_path
-from minillm.bench.report import print_floor, print_mixed, print_table
+from minillm.bench.report import print_breakdown, print_floor, print_mixed, print_table
 from minillm.engine import LLMEngine
 from minillm.kv_cache import generate
 from minillm.model import Transformer
@@ -388,6 +388,7 @@ def main(argv=None) -> int:
     forwards = {
         c: bench_floor.record_forwards(engines[c]) for c in levels
     }  # the timed runs' forwards
+    baseline_calls = []  # the unbatched loop's model calls in the timed runs
     seconds = {k: [] for k in contenders}
     latencies = {k: [] for k in contenders}
     for r in range(args.repeats):
@@ -395,10 +396,29 @@ def main(argv=None) -> int:
             contenders if r % 2 == 0 else contenders[::-1]
         )  # alternate, so drift hits every contender alike
         for key in order:
+            stop = (
+                bench_floor.record_model_calls(model, baseline_calls)
+                if key == ("one at a time", 1)
+                else None
+            )
             s, lat = run(*key, prompts)
+            if stop:
+                stop()
             seconds[key].append(s)
             if lat is not None:
                 latencies[key].append(lat)
+    # where each one's wall time went, over all timed rounds: what the ratios are made of
+    breakdown = {
+        "one at a time": bench_floor.split_seconds(
+            baseline_calls, sum(seconds[("one at a time", 1)])
+        )
+    }
+    for c in levels:
+        breakdown[f"engine @{c}"] = bench_floor.split_seconds(
+            forwards[c], sum(seconds[("engine", c)])
+        )
+    for b in breakdown.values():
+        b["output_tokens"] = n_tokens * args.repeats
 
     tps = {k: n_tokens / statistics.median(v) for k, v in seconds.items()}
     base = tps[("one at a time", 1)]
@@ -424,6 +444,7 @@ def main(argv=None) -> int:
             )
         rows.append(row)
     print_table(base, rows, latency_ratio, LATENCY_TARGET)
+    print_breakdown(breakdown)
     ratios_ok = latency_ratio <= LATENCY_TARGET and all(
         r["engine_vs_one_at_a_time"] >= r["target"] for r in rows if r["target"]
     )
@@ -516,6 +537,7 @@ def main(argv=None) -> int:
             mixed=mixed,
             profiles=profiles,
             seconds={f"{n} @{c}": v for (n, c), v in seconds.items()},
+            breakdown=breakdown,
         )
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
