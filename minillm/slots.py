@@ -155,6 +155,32 @@ class SlotView:
         self.cache.lengths[self.slot] += n
 
 
+def write_step(
+    cache: SlotKVCache, slots: list[int], k: list[torch.Tensor], v: list[torch.Tensor]
+) -> None:
+    """Store one new token for each of N distinct slots, in every layer, at each slot's offset.
+
+    k[layer], v[layer]: [N, kv_heads, head_dim], in the order of `slots`. One indexed write per
+    layer and tensor, instead of N `SlotView.update` calls; like `update`, it leaves the offsets
+    as they are. Checks every slot before it writes anything.
+    """
+    if len(set(slots)) != len(slots):
+        raise ValueError(
+            f"slots {slots}: a slot appears twice, so one of its writes would be lost"
+        )
+    for s in slots:
+        if not 0 <= s < cache.max_batch:
+            raise ValueError(f"slot {s} does not exist: the cache has {cache.max_batch} slots")
+        if cache.lengths[s] >= cache.max_ctx:
+            raise ValueError(f"slot {s} already holds max_ctx={cache.max_ctx} tokens")
+    device = cache.k[0].device
+    rows = torch.tensor(slots, device=device)
+    cols = torch.tensor([cache.lengths[s] for s in slots], device=device)
+    for layer in range(len(cache.k)):
+        cache.k[layer][rows, cols] = k[layer]
+        cache.v[layer][rows, cols] = v[layer]
+
+
 @torch.no_grad()
 def prefill(
     model: Transformer, cache: SlotKVCache, request_id, prompt_ids: list[int]

@@ -13,12 +13,14 @@ from minillm.slots import (
     OutOfSlotsError,
     SlotKVCache,
     SlotRequest,
+    SlotView,
     batch_decode_step,
     batch_prefill,
     decode,
     prefill,
     reserved_kv_bytes,
     sample_length_mix,
+    write_step,
 )
 
 MiB, GiB = 2**20, 2**30
@@ -249,3 +251,44 @@ def test_length_mix_is_seeded_long_tailed_and_fits_the_context():
     assert (
         total.mean() > 1.5 * sorted(total)[len(total) // 2]
     )  # long tail: the mean sits well above the median
+
+
+# --- one indexed write for many slots
+#   ----------------------------------------------------------------------
+
+
+def test_write_step_matches_one_update_per_slot():
+    one, many = (SlotKVCache(2, 4, 6, 2, 3) for _ in range(2))
+    for cache in (one, many):
+        for r in "abc":
+            cache.allocate_slot(r)
+        cache.lengths[:3] = [0, 5, 2]
+    slots = [2, 0, 1]
+    k = [torch.randn(3, 2, 3) for _ in range(2)]
+    v = [torch.randn(3, 2, 3) for _ in range(2)]
+    for i, s in enumerate(slots):
+        view = SlotView(one, s)
+        for layer in range(2):
+            view.update(layer, k[layer][i : i + 1, None], v[layer][i : i + 1, None])
+    write_step(many, slots, k, v)
+    for layer in range(2):
+        assert torch.equal(one.k[layer], many.k[layer])
+        assert torch.equal(one.v[layer], many.v[layer])
+    assert many.lengths == [0, 5, 2, 0]  # the offsets stay, as with update
+
+
+@pytest.mark.parametrize(
+    "slots, lengths, message",
+    [
+        ([1, 1], [0, 0, 0], "appears twice"),
+        ([0, 3], [0, 0, 0], "does not exist"),
+        ([0, 2], [0, 0, 6], "max_ctx=6"),
+    ],
+)
+def test_write_step_checks_every_slot_before_writing(slots, lengths, message):
+    cache = SlotKVCache(1, 3, 6, 1, 2)
+    cache.lengths[:] = lengths
+    new = [torch.ones(len(slots), 1, 2)]
+    with pytest.raises(ValueError, match=message):
+        write_step(cache, slots, new, new)
+    assert not cache.k[0].any() and not cache.v[0].any()

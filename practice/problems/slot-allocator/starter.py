@@ -13,6 +13,8 @@ class SlotKVCache:
     (its slot)."""
 
     def __init__(self, max_batch: int, max_ctx: int, num_kv_heads: int, head_dim: int):
+        # `append` below is given; it reads self.k, self.v, self.max_ctx and self.lengths (a
+        # list of stored-token counts, one per slot), so create those here.
         raise NotImplementedError("SlotKVCache.__init__")
 
     def acquire(self, request_id) -> int:
@@ -30,8 +32,17 @@ class SlotKVCache:
         self, request_id, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history
-        [length, kv_heads, head_dim]."""
-        raise NotImplementedError("SlotKVCache.append")
+        [length, kv_heads, head_dim]. Given: the chapter prints it as `SlotView.update`."""
+        slot = self.slot_of(request_id)
+        start, end = self.lengths[slot], self.lengths[slot] + k.shape[0]
+        if end > self.max_ctx:  # checked before anything is written
+            raise ValueError(
+                f"request {request_id!r} has {start} tokens; {k.shape[0]} more pass "
+                f"max_ctx={self.max_ctx}"
+            )
+        self.k[slot, start:end], self.v[slot, start:end] = k, v
+        self.lengths[slot] = end
+        return self.k[slot, :end], self.v[slot, :end]
 
     def append_step(
         self, request_ids: list, k: torch.Tensor, v: torch.Tensor
