@@ -9,7 +9,7 @@ A streaming client that goes away: Starlette cancels the response, `EventStream`
 body generator, and the `finally` blocks run down the chain to `merge_choices`, which aborts
 every choice's request, so its blocks are free before the next step. A non-streamed request has
 no body to cancel yet, so `unless_disconnected` watches for the disconnect itself (vLLM's
-`with_cancellation`, vllm/entrypoints/utils.py).
+`with_cancellation`, vllm/entrypoints/serve/utils/api_utils.py at commit 00a5fdd).
 """
 
 from __future__ import annotations
