@@ -72,7 +72,8 @@ def print_floor(floor: dict, steps: list[dict]) -> None:
             f"what limits it: the step's {floor['projection_calls']} projections take "
             f"{floor['projections_ms']:.1f} ms (torch.profiler), reading the weights at "
             f"{floor['projections_gb_per_s']:.1f} GB/s = {100 * share:.0f}% of the streaming "
-            f"bandwidth; the rest of the forward (norms, RoPE, attention) takes "
+            f"bandwidth; the rest of the forward, its time minus theirs (the other operators, "
+            f"the time between them, and the spread between the two timings), is "
             f"{floor['forward_ms'] - floor['projections_ms']:.1f} ms"
         )
     print(
