@@ -24,20 +24,22 @@ class BatchInput:
     """One step's layout, as the host (CPU) builds it; the runner copies it to the device once
     per step."""
 
-    input_ids: torch.Tensor  # [N] every request's new tokens, back to back
-    positions: torch.Tensor  # [N] each token's position in its own sequence
-    slot_mapping: (
-        torch.Tensor
-    )  # [N] where each token's K/V are written (block * block_size + offset)
-    query_start_loc: list[
-        int
-    ]  # [B+1] request i owns tokens query_start_loc[i] : query_start_loc[i+1]
-    seq_lens: list[int]  # [B] each request's context length once this step is done
-    block_tables: list[list[int]]  # [B] each request's blocks, in position order
-    logits_indices: (
-        torch.Tensor
-    )  # [M] rows of N whose logits we need (a request's last token; a verify's last k+1)
-    block_size: int  # tokens per block: the slot mapping means nothing without it
+    # [N] every request's new tokens, back to back
+    input_ids: torch.Tensor
+    # [N] each token's position in its own sequence
+    positions: torch.Tensor
+    # [N] where each token's K/V are written (block * block_size + offset)
+    slot_mapping: torch.Tensor
+    # [B+1] request i owns tokens query_start_loc[i] : query_start_loc[i+1]
+    query_start_loc: list[int]
+    # [B] each request's context length once this step is done
+    seq_lens: list[int]
+    # [B] each request's blocks, in position order
+    block_tables: list[list[int]]
+    # [M] rows of N whose logits we need (a request's last token; a verify's last k+1)
+    logits_indices: torch.Tensor
+    # tokens per block: the slot mapping means nothing without it
+    block_size: int
 
     @property
     def num_tokens(self) -> int:  # N
@@ -207,10 +209,9 @@ class ModelRunner:
         """
         if batch.block_size != self.kv.block_size:
             raise ValueError(
-                f"the batch was built with block_size {batch.block_size!r}, but the cache's "
-                "blocks hold "
-                f"{self.kv.block_size} tokens: its slot mapping would point into other "
-                "requests' blocks"
+                f"the batch was built with block_size {batch.block_size!r}, "
+                f"but the cache's blocks hold {self.kv.block_size} tokens: "
+                "its slot mapping would point into other requests' blocks"
             )
         attn = self.backend_class(
             self.kv,
@@ -226,20 +227,18 @@ class ModelRunner:
         N = attn.num_tokens
         if not len(ids) == len(positions) == N:
             raise ValueError(
-                f"{len(ids)} input_ids and {len(positions)} positions, but query_start_loc "
-                f"ends at {N}: "
-                "expected one of each per new token"
+                f"{len(ids)} input_ids and {len(positions)} positions, "
+                f"but query_start_loc ends at {N}: expected one of each per new token"
             )
         for i, (seq_len, table) in enumerate(zip(batch.seq_lens, batch.block_tables)):
             start, end = batch.query_start_loc[i], batch.query_start_loc[i + 1]
-            want = list(
-                range(seq_len - (end - start), seq_len)
-            )  # the new tokens are the context's last ones
+            # the new tokens are the context's last ones
+            want = list(range(seq_len - (end - start), seq_len))
             if positions[start:end] != want:
                 raise ValueError(
-                    f"request {i} has positions {positions[start:end]}, but its {end - start} "
-                    "new tokens "
-                    f"end a context of {seq_len}: expected {want[0]}..{want[-1]}"
+                    f"request {i} has positions {positions[start:end]}, "
+                    f"but its {end - start} new tokens end a context of {seq_len}: "
+                    f"expected {want[0]}..{want[-1]}"
                 )
             want_slots = slot_mapping_for(table, want, self.kv.block_size)
             if slots[start:end] != want_slots:
@@ -247,9 +246,9 @@ class ModelRunner:
                     j for j, (a, b) in enumerate(zip(slots[start:end], want_slots)) if a != b
                 )
                 raise ValueError(
-                    f"request {i}'s token at position {want[j]} writes slot "
-                    f"{slots[start + j]}, but its "
-                    f"block table puts that position in slot {want_slots[j]}"
+                    f"request {i}'s token at position {want[j]} "
+                    f"writes slot {slots[start + j]}, "
+                    f"but its block table puts that position in slot {want_slots[j]}"
                 )
         check_int_list(
             "logits_indices",

@@ -237,3 +237,24 @@ def test_slot_memory_widget_redraws_and_formats_context_like_the_figure(capsys):
         "image/png",
         "text/plain",
     }
+
+
+def test_min_width_draws_thin_requests_wider_and_says_so():
+    plain, wide = padding_waste_figure(CHAPTER), padding_waste_figure(CHAPTER, min_width=20)
+    # the padded panel's coloured bars: one per request, after the grey padding bars
+    widths = [p.get_width() for p in wide.axes[0].patches[len(CHAPTER) :]]
+    assert widths == [2000, 512] + [20] * 6
+    assert [p.get_width() for p in plain.axes[0].patches[len(CHAPTER) :]] == CHAPTER
+    notes = " ".join(t.get_text() for t in wide.texts)
+    assert "requests 3, 4, 5, 6, 7, 8" in notes and "20 tokens wide" in notes
+
+    def noted(fig):
+        return any("drawn" in t.get_text() for t in fig.texts)
+
+    assert not noted(plain)  # off by default: drawn to scale, nothing to explain
+    # titles count the real tokens, not the drawn ones
+    assert "packed [N=2,518]" in wide.axes[1].get_title("left")
+    # a min_width of max_len or more cannot apply: no bar may pass the row
+    assert not noted(padding_waste_figure(CHAPTER, min_width=2000))
+    with pytest.raises(ValueError, match="min_width"):
+        padding_waste_figure(CHAPTER, min_width=-1)

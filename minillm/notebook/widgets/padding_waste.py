@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from minillm.checking import check_int
 from minillm.notebook.widgets.live import fmt_int, fmt_percent
 
 PRESETS = {
@@ -69,20 +70,29 @@ def padding_waste(query_lens) -> PaddingWaste:
     return PaddingWaste(tuple(lens), len(lens) * max(lens), sum(lens))
 
 
-def padding_waste_figure(query_lens, width: float = 9.0):
+def padding_waste_figure(query_lens, width: float = 9.0, min_width: int = 0):
     """The padded [B, max_len] rectangle above the packed [N] row, drawn to one token scale.
 
     The packed row is wrapped at max_len tokens per line, so both panels share the x axis and
     every row has the same height: equal coloured areas mean equal work, and the grey is the
     padding. A request of one token is a sliver at this scale; every bar gets an outline so that
     it stays visible.
+
+    min_width (tokens, default 0: off): a request with fewer tokens is drawn this wide in both
+    panels, the packed row laid end to end with the widened bars, and a note under the figure
+    names those requests. The titles still count the real tokens. It applies only when
+    min_width < max_len.
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     w = padding_waste(query_lens)
     B, L, N = w.batch_size, w.max_len, w.packed_tokens
-    packed_rows = math.ceil(N / L)
+    min_width = check_int("min_width", min_width, min=0)
+    widen = min_width if min_width < L else 0  # below max_len: a bar never passes the row
+    drawn = [max(n, widen) for n in w.query_lens]  # each request's bar width, in tokens
+    thin = [i for i, n in enumerate(w.query_lens) if n < widen]  # the requests drawn wider
+    packed_rows = math.ceil(sum(drawn) / L)
     color = [f"C{i % 10}" for i in range(B)]
     fig, (ax_pad, ax_pack) = plt.subplots(
         2,
@@ -94,9 +104,9 @@ def padding_waste_figure(query_lens, width: float = 9.0):
     ax_pad.barh(
         range(B), [L] * B, height=1.0, color="#d0d0d0", edgecolor="white", linewidth=0.5
     )  # padding
-    ax_pad.barh(range(B), w.query_lens, height=1.0, color=color, edgecolor=color, linewidth=0.8)
-    start = 0  # where each request's tokens start in the flat [N] row
-    for i, n in enumerate(w.query_lens):
+    ax_pad.barh(range(B), drawn, height=1.0, color=color, edgecolor=color, linewidth=0.8)
+    start = 0  # where each request's (drawn) tokens start in the flat [N] row
+    for i, n in enumerate(drawn):
         while n > 0:  # a request may wrap onto the next line
             row, col = divmod(start, L)
             take = min(n, L - col)
@@ -136,6 +146,20 @@ def padding_waste_figure(query_lens, width: float = 9.0):
         fontsize=11,
     )
     fig.tight_layout()
+    if thin:
+        lens = sorted({w.query_lens[i] for i in thin})
+        thin_lens = f"{lens[0]} each" if len(lens) == 1 else ", ".join(map(str, lens))
+        fig.text(
+            0.5,
+            -0.01,
+            f"requests {', '.join(str(i + 1) for i in thin)}: under {widen} tokens "
+            f"({thin_lens}), drawn {widen} tokens wide "
+            "so that they show",
+            ha="center",
+            va="top",
+            fontsize=9,
+            style="italic",
+        )
     return fig
 
 
