@@ -103,9 +103,11 @@ async def run_load(
     api_key: str | None,
     progress: bool = True,
     warmup: bool = True,
+    exact_rate: bool = False,
 ) -> tuple[list[RequestResult], float]:
     """Send every prompt (Poisson arrivals at `rate`, at most max_concurrency in flight);
-    (results, seconds)."""
+    (results, seconds). With `exact_rate`, the seeded gaps are rescaled to sum to
+    (len(prompts) - 1) / rate, so the arrivals' realised rate is `rate` itself."""
     import openai
     from tqdm.auto import tqdm
 
@@ -134,13 +136,17 @@ async def run_load(
                 return await one_request(client, model, p, max_tokens)
 
         await asyncio.gather(*(unmeasured(p) for p in prompts[: 2 * max_concurrency]))
+    # the gap after each arrival but the last: the run ends on the last answer
+    gaps = [rng.expovariate(rate) for _ in prompts[1:]] if math.isfinite(rate) else []
+    if exact_rate and sum(gaps) > 0:
+        scale = len(gaps) / rate / sum(gaps)
+        gaps = [g * scale for g in gaps]
     start = time.perf_counter()
     tasks = []
     for i, p in enumerate(prompts):
         tasks.append(asyncio.create_task(limited(p)))
-        # the gap to the next arrival; none after the last: the run ends on the last answer
-        if math.isfinite(rate) and i < len(prompts) - 1:
-            await asyncio.sleep(rng.expovariate(rate))
+        if i < len(gaps):
+            await asyncio.sleep(gaps[i])
     results = await asyncio.gather(*tasks)
     seconds = time.perf_counter() - start
     bar.close()
