@@ -32,7 +32,8 @@ class SlotKVCache:
         self, request_id, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v [T, kv_heads, head_dim] after the slot's tokens; return the history
-        [length, kv_heads, head_dim]. Given: the chapter prints it as `SlotView.update`."""
+        [length, kv_heads, head_dim]. Given: in the chapter, `SlotView.update` followed by
+        `advance`."""
         slot = self.slot_of(request_id)
         start, end = self.lengths[slot], self.lengths[slot] + k.shape[0]
         if end > self.max_ctx:  # checked before anything is written
