@@ -4,8 +4,7 @@ The first way to serve several requests at once: make the cache of chapter 2 one
 bigger. Per layer, K and V become [max_batch, max_ctx, kv_heads, head_dim]; a request is handed
 a slot (a row) when it arrives and gives it back when it finishes, and the slot's offset (its
 number of stored tokens) says where its next token goes. Requests still run one at a time
-through the model (serial prefill and decode, like the first phase of the batching progress
-report's engine); the cache just holds many at once.
+through the model (serial prefill and decode); the cache just holds many at once.
 
 The price is memory: each slot reserves max_ctx tokens whether the request uses 30 or 30,000.
 """
@@ -114,7 +113,7 @@ class SlotKVCache:
 
 
 class SlotView:
-    """One slot seen as chapter 2's `KVCache`: `.length`, `.update(layer, k, v)`,
+    """One slot seen as chapter 2's `KVCache`: `.length`, `.max_len`, `.update(layer, k, v)`,
     `.attend(...)`, `.advance(n)`.
 
     The model never learns it shares a cache: it sees a batch-1 attention backend whose rows
@@ -225,7 +224,8 @@ def _run(model, cache, request_id, slot, token_ids) -> torch.Tensor:
 
 @dataclass
 class SlotRequest:
-    """One request's state between steps (the batching progress report's per-request struct)."""
+    """One request's state between steps: its slot, the tokens generated so far and their
+    logits."""
 
     request_id: object
     prompt_ids: list[int]

@@ -292,3 +292,14 @@ def test_write_step_checks_every_slot_before_writing(slots, lengths, message):
     with pytest.raises(ValueError, match=message):
         write_step(cache, slots, new, new)
     assert not cache.k[0].any() and not cache.v[0].any()
+
+
+def test_slot_view_offers_what_forward_cached_reads_and_its_docstring_names_it():
+    cache = SlotKVCache(1, 2, 8, 1, 4)
+    cache.allocate_slot("a"), cache.allocate_slot("b")
+    view = cache.view("b")
+    assert (view.length, view.max_len) == (0, 8)  # max_len is the slot's capacity, max_ctx
+    view.advance(3)
+    assert cache.lengths == [0, 3] and view.length == 3
+    for member in ["length", "max_len", "update", "attend", "advance"]:
+        assert f"`.{member}" in SlotView.__doc__, f"SlotView's docstring omits .{member}"

@@ -4,7 +4,7 @@ each."""
 import torch
 
 
-class NoFreeSlotError(RuntimeError):
+class OutOfSlotsError(RuntimeError):
     """Every slot is taken."""
 
 
@@ -17,13 +17,13 @@ class SlotKVCache:
         # list of stored-token counts, one per slot), so create those here.
         raise NotImplementedError("SlotKVCache.__init__")
 
-    def acquire(self, request_id) -> int:
+    def allocate_slot(self, request_id) -> int:
         """The lowest free slot, empty, now owned by request_id."""
-        raise NotImplementedError("SlotKVCache.acquire")
+        raise NotImplementedError("SlotKVCache.allocate_slot")
 
-    def release(self, request_id) -> None:
+    def free_slot(self, request_id) -> None:
         """Free the request's slot."""
-        raise NotImplementedError("SlotKVCache.release")
+        raise NotImplementedError("SlotKVCache.free_slot")
 
     def slot_of(self, request_id) -> int:
         raise NotImplementedError("SlotKVCache.slot_of")

@@ -1,7 +1,6 @@
 """Tests for SlotKVCache: slot hand-out, isolation between slots, one preallocated buffer, and
-errors
-that name the request and change nothing; then random workloads of any size against a model
-of the rules."""
+errors that name the request and change nothing; then random workloads of any size against a
+model of the rules."""
 
 import random
 
@@ -16,18 +15,18 @@ def kv(n, value, kv_heads=1, head_dim=2):
     return t, -t
 
 
-def test_acquire_hands_out_the_lowest_free_slot(learner):
+def test_allocate_slot_hands_out_the_lowest_free_slot(learner):
     """Scan for the first free slot: a, b, c get 0, 1, 2; after b leaves, d gets 1; after a
     leaves, e gets 0."""
     cache = learner.SlotKVCache(4, 8, 1, 2)
-    check_equal([cache.acquire(r) for r in "abc"], [0, 1, 2], "the slots of a, b, c")
-    cache.release("b")
-    check_equal(cache.acquire("d"), 1, "the slot of d after b released slot 1")
-    cache.release("a")
+    check_equal([cache.allocate_slot(r) for r in "abc"], [0, 1, 2], "the slots of a, b, c")
+    cache.free_slot("b")
+    check_equal(cache.allocate_slot("d"), 1, "the slot of d after b freed slot 1")
+    cache.free_slot("a")
     check_equal(
-        [cache.acquire("e"), cache.acquire("f")],
+        [cache.allocate_slot("e"), cache.allocate_slot("f")],
         [0, 3],
-        "the slots of e and f after a released slot 0",
+        "the slots of e and f after a freed slot 0",
     )
     check_equal(cache.slot_of("c"), 2, "slot_of('c')")
 
@@ -43,29 +42,37 @@ def test_buffers_have_the_shape_asked_for(learner):
 
 
 def test_full_cache_raises_no_free_slot_error(learner):
-    """With every slot taken, acquire raises NoFreeSlotError and nobody loses their slot."""
+    """With every slot taken, allocate_slot raises OutOfSlotsError and nobody loses their
+    slot."""
     cache = learner.SlotKVCache(3, 8, 1, 2)
     for r in "abc":
-        cache.acquire(r)
+        cache.allocate_slot(r)
     check_raises(
-        learner.NoFreeSlotError, cache.acquire, "d", what="acquire('d') with all 3 slots taken"
+        learner.OutOfSlotsError,
+        cache.allocate_slot,
+        "d",
+        what="allocate_slot('d') with all 3 slots taken",
     )
     check_equal(
         [cache.slot_of(r) for r in "abc"], [0, 1, 2], "the slots of a, b, c after the refusal"
     )
-    cache.release("b")
-    check_equal(cache.acquire("d"), 1, "acquire('d') once b has left")
+    cache.free_slot("b")
+    check_equal(cache.allocate_slot("d"), 1, "allocate_slot('d') once b has left")
 
 
 def test_a_request_holds_at_most_one_slot(learner):
-    """acquire for a request that already has a slot is a mistake: ValueError naming it, and no
-    second slot."""
+    """allocate_slot for a request that already has a slot is a mistake: ValueError naming it,
+    and no second slot."""
     cache = learner.SlotKVCache(3, 8, 1, 2)
-    cache.acquire("job-17")
-    error = check_raises(ValueError, cache.acquire, "job-17", what="acquire('job-17') twice")
-    check_names(error, "job-17", "acquire('job-17') twice")
+    cache.allocate_slot("job-17")
+    error = check_raises(
+        ValueError, cache.allocate_slot, "job-17", what="allocate_slot('job-17') twice"
+    )
+    check_names(error, "job-17", "allocate_slot('job-17') twice")
     check_equal(
-        cache.acquire("b"), 1, "the slot of b after the refused second acquire of job-17"
+        cache.allocate_slot("b"),
+        1,
+        "the slot of b after the refused second allocate_slot of job-17",
     )
 
 
@@ -73,22 +80,22 @@ def test_request_ids_can_be_any_hashable_value(learner):
     """Ids are the caller's: ints, strings and tuples alike."""
     cache = learner.SlotKVCache(3, 8, 1, 2)
     check_equal(
-        [cache.acquire(7), cache.acquire("7"), cache.acquire((1, 2))],
+        [cache.allocate_slot(7), cache.allocate_slot("7"), cache.allocate_slot((1, 2))],
         [0, 1, 2],
         "the slots of 7, '7', (1, 2)",
     )
-    cache.release(7)
+    cache.free_slot(7)
     check_equal(
-        [cache.slot_of("7"), cache.acquire(8)],
+        [cache.slot_of("7"), cache.allocate_slot(8)],
         [1, 0],
-        "[slot_of('7'), acquire(8)] after releasing 7",
+        "[slot_of('7'), allocate_slot(8)] after freeing 7",
     )
 
 
 def test_append_returns_the_whole_history(learner):
     """append writes after the slot's stored tokens and returns all of them, old and new."""
     cache = learner.SlotKVCache(2, 8, 3, 4)
-    cache.acquire("a")
+    cache.allocate_slot("a")
     first, second = kv(3, 1, 3, 4), kv(2, 2, 3, 4)
     cache.append("a", *first)
     k, v = cache.append("a", *second)
@@ -109,7 +116,7 @@ def test_append_returns_the_whole_history(learner):
 def test_slots_do_not_see_each_other(learner):
     """Each slot has its own length: a's tokens never show up in b's history."""
     cache = learner.SlotKVCache(2, 8, 1, 2)
-    cache.acquire("a"), cache.acquire("b")
+    cache.allocate_slot("a"), cache.allocate_slot("b")
     cache.append("a", *kv(2, 1))
     cache.append("b", *kv(3, 5))
     k, _ = cache.append("a", *kv(1, 2))
@@ -133,7 +140,7 @@ def test_history_lives_in_the_preallocated_buffer(learner):
     new tensor."""
     cache = learner.SlotKVCache(3, 8, 2, 2)
     before = [storage(cache, "k"), storage(cache, "v")]
-    cache.acquire("a"), cache.acquire("b")
+    cache.allocate_slot("a"), cache.allocate_slot("b")
     cache.append("b", *kv(2, 7, 2, 2))
     cache.append("b", *kv(3, 8, 2, 2))
     check_close(
@@ -154,10 +161,10 @@ def test_a_reused_slot_starts_empty(learner):
     """Reset the slot's length when it is handed out again: the next owner must not inherit
     tokens."""
     cache = learner.SlotKVCache(1, 8, 1, 2)
-    cache.acquire("a")
+    cache.allocate_slot("a")
     cache.append("a", *kv(4, 1))
-    cache.release("a")
-    cache.acquire("b")
+    cache.free_slot("a")
+    cache.allocate_slot("b")
     k, _ = cache.append("b", *kv(1, 3))
     check_close(k, kv(1, 3)[0], "the history of b, the new owner of a's old slot", atol=0)
 
@@ -166,7 +173,7 @@ def test_context_overflow_raises_and_keeps_the_slot(learner):
     """Check length + T <= max_ctx before writing: ValueError naming the request, the stored
     tokens untouched."""
     cache = learner.SlotKVCache(2, 5, 1, 2)
-    cache.acquire("x"), cache.acquire("job-23")
+    cache.allocate_slot("x"), cache.allocate_slot("job-23")
     cache.append("job-23", *kv(3, 1))
     error = check_raises(
         ValueError,
@@ -186,20 +193,20 @@ def test_context_overflow_raises_and_keeps_the_slot(learner):
     )
 
 
-@pytest.mark.parametrize("method", ["release", "slot_of", "append"])
+@pytest.mark.parametrize("method", ["free_slot", "slot_of", "append"])
 def test_unknown_requests_raise_value_error_naming_them(learner, method):
-    """release, slot_of and append of a request without a slot raise ValueError naming it, and
+    """free_slot, slot_of and append of a request without a slot raise ValueError naming it, and
     change nothing."""
     cache = learner.SlotKVCache(2, 4, 1, 2)
-    cache.acquire("a")
+    cache.allocate_slot("a")
     cache.append("a", *kv(1, 4))
     args = ("ghost", *kv(1, 1)) if method == "append" else ("ghost",)
     error = check_raises(ValueError, getattr(cache, method), *args, what=f"{method}('ghost')")
     check_names(error, "ghost", f"{method}('ghost')")
     check_equal(
-        [cache.slot_of("a"), cache.used_tokens(), cache.acquire("b")],
+        [cache.slot_of("a"), cache.used_tokens(), cache.allocate_slot("b")],
         [0, 1, 1],
-        f"[slot_of('a'), used_tokens(), acquire('b')] after {method}('ghost')",
+        f"[slot_of('a'), used_tokens(), allocate_slot('b')] after {method}('ghost')",
     )
 
 
@@ -207,9 +214,9 @@ def test_reserved_tokens_dwarf_used_tokens(learner):
     """used = tokens stored by requests holding a slot; reserved = max_ctx per slot in use."""
     cache = learner.SlotKVCache(4, 100, 1, 2)
     for r, n in [("a", 10), ("b", 30), ("c", 5)]:
-        cache.acquire(r)
+        cache.allocate_slot(r)
         cache.append(r, *kv(n, 1))
-    cache.release("c")
+    cache.free_slot("c")
     check_equal(
         [cache.used_tokens(), cache.reserved_tokens()],
         [40, 200],
@@ -219,8 +226,8 @@ def test_reserved_tokens_dwarf_used_tokens(learner):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_random_workload_follows_the_rules(learner, seed):
-    """Any sizes and any mix of acquire/append/release: the lowest free slot, histories per
-    slot, errors that change nothing."""
+    """Any sizes and any mix of allocate_slot/append/free_slot: the lowest free slot, histories
+    per slot, errors that change nothing."""
     rng = random.Random(seed)
     max_batch, max_ctx, kv_heads, head_dim = (
         rng.randint(1, 6),
@@ -231,15 +238,17 @@ def test_random_workload_follows_the_rules(learner, seed):
     cache = learner.SlotKVCache(max_batch, max_ctx, kv_heads, head_dim)
     slots, history, next_id = {}, {}, 0  # the model: request -> slot, request -> stored keys
     for step in range(60):
-        op = rng.choice(["acquire", "acquire", "append", "append", "append", "release"])
+        op = rng.choice(
+            ["allocate_slot", "allocate_slot", "append", "append", "append", "free_slot"]
+        )
         what = f"seed {seed}, step {step} (max_batch {max_batch}, max_ctx {max_ctx}): {op}"
-        if op == "acquire":
+        if op == "allocate_slot":
             rid, next_id = f"r{next_id}", next_id + 1
             if len(slots) == max_batch:
-                check_raises(learner.NoFreeSlotError, cache.acquire, rid, what=what)
+                check_raises(learner.OutOfSlotsError, cache.allocate_slot, rid, what=what)
                 continue
             slot = min(set(range(max_batch)) - set(slots.values()))
-            check_equal(cache.acquire(rid), slot, f"{what}({rid!r})")
+            check_equal(cache.allocate_slot(rid), slot, f"{what}({rid!r})")
             slots[rid], history[rid] = slot, torch.zeros(0, kv_heads, head_dim)
         elif op == "append" and slots:
             rid = rng.choice(sorted(slots))
@@ -265,9 +274,9 @@ def test_random_workload_follows_the_rules(learner, seed):
             check_close(
                 got_v, 2 * history[rid], f"{what}({rid!r}): the values returned", atol=0
             )
-        elif op == "release" and slots:
+        elif op == "free_slot" and slots:
             rid = rng.choice(sorted(slots))
-            cache.release(rid)
+            cache.free_slot(rid)
             del slots[rid], history[rid]
         check_equal(
             [cache.used_tokens(), cache.reserved_tokens()],
@@ -286,7 +295,7 @@ def test_append_step_pads_to_the_longest(learner):
     """job-a holds 3 tokens, job-b none: one step for [job-b, job-a] returns [2, 4, ...]
     histories, in that order, and lengths [1, 4]."""
     cache = learner.SlotKVCache(3, 8, 1, 2)
-    cache.acquire("job-a"), cache.acquire("job-b")
+    cache.allocate_slot("job-a"), cache.allocate_slot("job-b")
     first = kv(3, 1)
     cache.append("job-a", *first)
     (kb, vb), (ka, va) = token(7), token(8)
@@ -331,7 +340,7 @@ def test_append_step_equals_separate_appends(learner, seed):
     rng.shuffle(ids)  # so that slot order and request order differ
     lengths = {}
     for rid in ids:
-        stepped.acquire(rid), separate.acquire(rid)
+        stepped.allocate_slot(rid), separate.allocate_slot(rid)
         lengths[rid] = rng.randint(0, 3)
         if lengths[rid]:
             prompt = kv(lengths[rid], rng.randint(1, 9), kv_heads, head_dim)
@@ -376,7 +385,7 @@ def test_append_step_refuses_a_duplicate_request(learner):
     """One step with job-5 twice would write one (slot, offset) twice: ValueError naming job-5,
     and nothing written."""
     cache = learner.SlotKVCache(3, 8, 1, 2)
-    cache.acquire("job-5"), cache.acquire("job-9")
+    cache.allocate_slot("job-5"), cache.allocate_slot("job-9")
     cache.append("job-5", *kv(2, 1))
     k, v = torch.stack([token(3)[0], token(4)[0], token(5)[0]]), torch.zeros(3, 1, 2)
     error = check_raises(
@@ -403,7 +412,7 @@ def test_append_step_errors_change_nothing(learner, fault):
     """A request without a slot, or one whose slot is full, last in the step: ValueError naming
     it, and the requests before it are not written either."""
     cache = learner.SlotKVCache(3, 3, 1, 2)
-    cache.acquire("job-1"), cache.acquire("job-2")
+    cache.allocate_slot("job-1"), cache.allocate_slot("job-2")
     cache.append("job-1", *kv(1, 1))
     cache.append("job-2", *kv(3, 2))  # job-2's slot is full
     bad = "ghost" if fault == "unknown" else "job-2"

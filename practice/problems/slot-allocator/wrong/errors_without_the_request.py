@@ -6,7 +6,7 @@ Caught by: test_a_request_holds_at_most_one_slot.
 import torch
 
 
-class NoFreeSlotError(RuntimeError):
+class OutOfSlotsError(RuntimeError):
     """Every slot is taken."""
 
 
@@ -20,28 +20,32 @@ class SlotKVCache:
         self.max_ctx = max_ctx
         self.owner = [None] * max_batch  # request id per slot, None when free
         self.lengths = [0] * max_batch  # tokens stored per slot
-        self.slots: dict = {}  # request id -> slot
+        self.request_to_slot: dict = {}  # request id -> slot
 
-    def acquire(self, request_id) -> int:
+    def allocate_slot(self, request_id) -> int:
         """The lowest free slot, empty, now owned by request_id."""
-        if request_id in self.slots:
+        if request_id in self.request_to_slot:
             raise ValueError("already holds a slot")
         if None not in self.owner:
-            raise NoFreeSlotError(f"all {len(self.owner)} slots are taken")
+            raise OutOfSlotsError(f"all {len(self.owner)} slots are taken")
         slot = self.owner.index(None)
-        self.owner[slot], self.lengths[slot], self.slots[request_id] = request_id, 0, slot
+        self.owner[slot], self.lengths[slot], self.request_to_slot[request_id] = (
+            request_id,
+            0,
+            slot,
+        )
         return slot
 
-    def release(self, request_id) -> None:
+    def free_slot(self, request_id) -> None:
         """Free the request's slot."""
         slot = self.slot_of(request_id)
-        del self.slots[request_id]
+        del self.request_to_slot[request_id]
         self.owner[slot] = None
 
     def slot_of(self, request_id) -> int:
-        if request_id not in self.slots:
+        if request_id not in self.request_to_slot:
             raise ValueError("no slot")
-        return self.slots[request_id]
+        return self.request_to_slot[request_id]
 
     def append(
         self, request_id, k: torch.Tensor, v: torch.Tensor
@@ -82,7 +86,7 @@ class SlotKVCache:
         return self.k[rows, :longest], self.v[rows, :longest], lengths
 
     def used_tokens(self) -> int:
-        return sum(self.lengths[s] for s in self.slots.values())
+        return sum(self.lengths[s] for s in self.request_to_slot.values())
 
     def reserved_tokens(self) -> int:
-        return len(self.slots) * self.max_ctx
+        return len(self.request_to_slot) * self.max_ctx

@@ -1,12 +1,12 @@
 """Wrong: keeps the example's two slots, whatever max_batch is.
 
-Caught by: test_acquire_hands_out_the_lowest_free_slot.
+Caught by: test_allocate_slot_hands_out_the_lowest_free_slot.
 """
 
 import torch
 
 
-class NoFreeSlotError(RuntimeError):
+class OutOfSlotsError(RuntimeError):
     """Every slot is taken."""
 
 
@@ -20,30 +20,34 @@ class SlotKVCache:
         self.max_ctx = max_ctx
         self.owner = [None] * 2  # request id per slot, None when free
         self.lengths = [0] * 2  # tokens stored per slot
-        self.slots: dict = {}  # request id -> slot
+        self.request_to_slot: dict = {}  # request id -> slot
 
-    def acquire(self, request_id) -> int:
+    def allocate_slot(self, request_id) -> int:
         """The lowest free slot, empty, now owned by request_id."""
-        if request_id in self.slots:
+        if request_id in self.request_to_slot:
             raise ValueError(
-                f"request {request_id!r} already holds slot {self.slots[request_id]}"
+                f"request {request_id!r} already holds slot {self.request_to_slot[request_id]}"
             )
         if None not in self.owner:
-            raise NoFreeSlotError(f"all {len(self.owner)} slots are taken")
+            raise OutOfSlotsError(f"all {len(self.owner)} slots are taken")
         slot = self.owner.index(None)
-        self.owner[slot], self.lengths[slot], self.slots[request_id] = request_id, 0, slot
+        self.owner[slot], self.lengths[slot], self.request_to_slot[request_id] = (
+            request_id,
+            0,
+            slot,
+        )
         return slot
 
-    def release(self, request_id) -> None:
+    def free_slot(self, request_id) -> None:
         """Free the request's slot."""
         slot = self.slot_of(request_id)
-        del self.slots[request_id]
+        del self.request_to_slot[request_id]
         self.owner[slot] = None
 
     def slot_of(self, request_id) -> int:
-        if request_id not in self.slots:
+        if request_id not in self.request_to_slot:
             raise ValueError(f"request {request_id!r} holds no slot")
-        return self.slots[request_id]
+        return self.request_to_slot[request_id]
 
     def append(
         self, request_id, k: torch.Tensor, v: torch.Tensor
@@ -89,7 +93,7 @@ class SlotKVCache:
         return self.k[rows, :longest], self.v[rows, :longest], lengths
 
     def used_tokens(self) -> int:
-        return sum(self.lengths[s] for s in self.slots.values())
+        return sum(self.lengths[s] for s in self.request_to_slot.values())
 
     def reserved_tokens(self) -> int:
-        return len(self.slots) * self.max_ctx
+        return len(self.request_to_slot) * self.max_ctx
