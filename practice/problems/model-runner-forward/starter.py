@@ -1,12 +1,13 @@
-"""One mixed forward: the paged attention backend of a step, and the runner's call of the
-model's own forward."""
+"""One mixed forward: the attention of a step as one block-diagonal attention over the flat
+batch, and the runner's call of the model's own forward."""
 
 import torch
 
 
 class PagedBackend:
-    """The attention backend of one step over a PagedKVCache: write the new K/V, then attend
-    through the block tables."""
+    """The attention backend of one step over a PagedKVCache. Built once per step, on the host:
+    every request's context side by side, and the mask that keeps the requests apart. Then, in
+    every layer, one write and one masked attention over the whole flat batch."""
 
     def __init__(
         self,

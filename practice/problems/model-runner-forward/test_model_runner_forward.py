@@ -1,9 +1,12 @@
 """Tests for PagedBackend and runner_forward: mixed steps through minillm's model against each
-request's
-single-sequence logits, the cache's contents against minillm's own ModelRunner, and the model
-call, the cache writes and the output layer counted."""
+request's single-sequence logits, the cache's contents against minillm's own ModelRunner, the
+model call, the cache writes and the output layer counted, and attend read as code: one
+attention over the step, no loop over requests, no minillm."""
 
+import ast
+import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -285,3 +288,94 @@ def test_random_steps_match_minillms_runner(tiny_model, learner, block_size):
     check_close(
         mine.k[1], ref.k[1], f"block_size {block_size}: layer 1's keys after 4 steps", atol=1e-5
     )
+
+
+def source_under_test(request) -> tuple[Path, str]:
+    """The file the `learner` fixture imported (judge_plugin.learner_for), and its text."""
+    import judge_plugin
+    from protocol import FILE_ENV, SOLUTION
+
+    callspec = getattr(request.node, "callspec", None)
+    target = callspec.params.get("learner") if callspec else None
+    if target is None:
+        target = "file" if os.environ.get(FILE_ENV) else SOLUTION
+    path = judge_plugin.target_path(Path(str(request.fspath)).parent, target)
+    return path, path.read_text(encoding="utf-8")
+
+
+LOOPS = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+
+
+def loops_in_attend(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each loop in PagedBackend.attend and in the file's functions it calls."""
+    tree = ast.parse(source)
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for cls in tree.body:
+        if isinstance(cls, ast.ClassDef) and cls.name == "PagedBackend":
+            functions.update(
+                {f"self.{n.name}": n for n in cls.body if isinstance(n, ast.FunctionDef)}
+            )
+    todo, seen, found = ["self.attend"], set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        for node in ast.walk(functions[name]):
+            if isinstance(node, LOOPS):
+                found.append((node.lineno, ast.get_source_segment(source, node) or ""))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                todo.append(node.func.id)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "self"
+            ):
+                todo.append(f"self.{node.func.attr}")
+    return sorted(set(found))
+
+
+def uses_of_minillm(source: str) -> list[tuple[int, str]]:
+    """(line, code) of every import of minillm."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            hit = any(a.name.split(".")[0] == "minillm" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            hit = (node.module or "").split(".")[0] == "minillm"
+        else:
+            hit = False
+        if hit:
+            found.append((node.lineno, ast.get_source_segment(source, node) or ""))
+    return found
+
+
+def test_attend_is_one_attention_over_the_step(learner, request):
+    """attend runs every layer with tensor operations over the whole step: the loops over
+    requests belong to __init__, once per step; and the attention is yours, not minillm's."""
+    test_backend_attend_writes_then_attends(learner, 0)
+    path, source = source_under_test(request)
+    uses = uses_of_minillm(source)
+    if uses:
+        line, code = uses[0]
+        fail(
+            f"{path.name} imports minillm (line {line}: {code.splitlines()[0]}): write the "
+            "attention with torch alone; minillm's paged attention is the answer"
+        )
+    loops = loops_in_attend(source)
+    if loops:
+        line, code = loops[0]
+        fail(
+            f"attend loops in every layer (line {line}: {code.splitlines()[0]}): lay out the "
+            "contexts and the mask once, in __init__, so that attend is one gather and one "
+            "masked attention over all N queries"
+        )

@@ -8,8 +8,9 @@ import torch
 
 
 class PagedBackend:
-    """The attention backend of one step over a PagedKVCache: write the new K/V, then attend
-    through the block tables."""
+    """The attention backend of one step over a PagedKVCache. Built once per step, on the host:
+    every request's context side by side, and the mask that keeps the requests apart. Then, in
+    every layer, one write and one masked attention over the whole flat batch."""
 
     def __init__(
         self,
@@ -19,35 +20,39 @@ class PagedBackend:
         query_start_loc: list[int],
         slot_mapping: torch.Tensor,
     ):
-        self.kv, self.block_tables, self.seq_lens = kv, block_tables, seq_lens
-        self.query_start_loc, self.slot_mapping = query_start_loc, slot_mapping
+        self.kv, self.slot_mapping = kv, slot_mapping
+        bs = kv.block_size
+        key_slots, key_req, key_pos, query_req, query_pos = [], [], [], [], []
+        for i, (table, seq_len) in enumerate(zip(block_tables, seq_lens)):
+            n = query_start_loc[i + 1] - query_start_loc[i]
+            # the context in position order: position p is at offset p % bs of block p // bs
+            key_slots += [table[p // bs] * bs + p % bs for p in range(seq_len)]
+            key_req += [i] * seq_len
+            key_pos += range(seq_len)
+            query_req += [i] * n
+            query_pos += range(n)
+        device = kv.device
+        self.key_slots = torch.tensor(key_slots, dtype=torch.long, device=device)  # [S]
+        qr, kr, qp, kp = (
+            torch.tensor(x, dtype=torch.long, device=device)
+            for x in (query_req, key_req, query_pos, key_pos)
+        )
+        # [N, S]: a query reads its own request's keys (block diagonal) up to its own position
+        self.mask = (qr[:, None] == kr[None, :]) & (kp[None, :] <= qp[:, None])
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> torch.Tensor:
         """q [N, H, hd], k, v [N, KV, hd] of the step's new tokens -> [N, H, hd]."""
-        self.kv.write(
-            layer, self.slot_mapping, k, v
-        )  # every new token, first: each sees itself
-        k_cache, v_cache = self.kv.k[layer], self.kv.v[layer]  # [blocks, block_size, KV, hd]
-        group = q.shape[1] // k_cache.shape[2]  # query heads per KV head
-        out = torch.empty_like(q)  # [N, H, hd]
-        for i, seq_len in enumerate(self.seq_lens):
-            start, end = self.query_start_loc[i], self.query_start_loc[i + 1]
-            blocks = torch.tensor(self.block_tables[i], dtype=torch.long, device=q.device)
-            keys = k_cache[blocks].flatten(0, 1)[:seq_len]  # [seq_len, KV, hd], position order
-            values = v_cache[blocks].flatten(0, 1)[:seq_len]
-            keys = keys.repeat_interleave(
-                group, dim=1
-            )  # [seq_len, H, hd]: head h reads h // group
-            values = values.repeat_interleave(group, dim=1)
-            scores = torch.einsum("qhd,khd->hqk", q[start:end], keys) * scale  # [H, n, seq_len]
-            query_pos = torch.arange(end - start, device=q.device)  # [n]
-            key_pos = torch.arange(seq_len, device=q.device)  # [seq_len]
-            future = key_pos[None, :] > query_pos[:, None]  # [n, seq_len]: aligned to the end
-            weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
-            out[start:end] = torch.einsum("hqk,khd->qhd", weights, values)
-        return out
+        self.kv.write(layer, self.slot_mapping, k, v)  # every new token first: each sees itself
+        keys = self.kv.k[layer].flatten(0, 1)[self.key_slots]  # [S, KV, hd]: all the contexts
+        values = self.kv.v[layer].flatten(0, 1)[self.key_slots]
+        group = q.shape[1] // keys.shape[1]  # query heads per KV head
+        keys = keys.repeat_interleave(group, dim=1)  # [S, H, hd]: head h reads h // group
+        values = values.repeat_interleave(group, dim=1)
+        scores = torch.einsum("nhd,shd->hns", q, keys) * scale  # [H, N, S]
+        weights = scores.masked_fill(~self.mask, float("-inf")).softmax(dim=-1)
+        return torch.einsum("hns,shd->nhd", weights, values)  # [N, H, hd]
 
 
 @torch.no_grad()
