@@ -17,9 +17,9 @@ from minillm.paged import DEFAULT_BLOCK_SIZE
 # The bench model: Qwen3's layer recipe (GQA with 12 query / 4 KV heads of 64, QK-norm, SwiGLU,
 # tied head) at about a tenth of Qwen3-0.6B: 3/4 of its width, 6 of its 28 layers, a 32K
 # vocabulary. Its 66M parameters (265 MB in float32) are far beyond the CPU caches (32 MB of L3
-# here), so every forward streams all weights from memory, as decode does on a real model; that
-# costs ~25-30 ms per forward on 2 cores, so the engine's Python work per step (well under a
-# millisecond) is a few percent. Any bigger and the bench would no longer run in minutes. The
+# here), so every forward streams all weights from memory, as decode does on a real model, and
+# the engine's Python work per step (well under a millisecond) is small beside it. Any bigger
+# and the bench would no longer run in minutes. The
 # 32K vocabulary keeps the output layer at about a third of the weights, as in Qwen3-0.6B (the
 # real 151,936 would make it three quarters); the bench needs no tokenizer, as its prompts are
 # token ids.

@@ -1,52 +1,48 @@
-"""Wrong: lets a cached block that holds the last token count as a hit.
+"""Wrong: takes every cached full block, also the one holding the last token, which must be
+computed for its logits.
 
-Caught by: test_the_last_token_is_never_a_hit.
+Caught by: test_the_block_of_the_last_token_is_never_a_hit.
 """
 
 from minillm.prefix_caching.kv_cache_manager import (
-    hash_block_tokens,
-)  # hash_block_tokens(parent_hash, token_ids, extra_key) -> int
+    hash_request_tokens,
+)  # hash_request_tokens(token_ids, block_size) -> the chained names of the full blocks
 
 
-def block_hashes(
-    token_ids: list[int], block_size: int, extra_key: str | None = None
+def hits_in_steps(
+    prompts: list[list[int]], block_size: int, budget: int, cached: set[int], file_at: str
 ) -> list[int]:
-    """The chained names of the full blocks of token_ids; the extra key enters block 0 only."""
-    names, parent = [], None
-    for i in range(len(token_ids) // block_size):
-        parent = hash_block_tokens(
-            parent,
-            token_ids[i * block_size : (i + 1) * block_size],
-            extra_key if i == 0 else None,
-        )
-        names.append(parent)
-    return names
-
-
-def cached_prefix_length(
-    token_ids: list[int], block_size: int, cached: set[int], extra_key: str | None = None
-) -> int:
-    """Tokens of token_ids found in the cache: full blocks from the first, never the block of
-    the last token."""
-    usable = len(token_ids) // block_size
-    hits = 0
-    for name in block_hashes(token_ids[: usable * block_size], block_size, extra_key):
-        if name not in cached:
-            break
-        hits += 1
-    return hits * block_size
-
-
-def hits_in_one_step(
-    prompts: list[list[int]], block_size: int, cached: set[int], file_at: str
-) -> list[int]:
-    """Tokens each of a burst of requests, admitted in order in one step, finds in the cache;
-    file_at is "allocation" (vLLM) or "after_step" (minillm)."""
+    """Tokens each request of a burst finds in the cache when admitted, first come first served,
+    `budget` tokens per step; file_at is "allocation" (vLLM) or "after_step" (minillm)."""
     if file_at not in ("allocation", "after_step"):
         raise ValueError(f"file_at is {file_at!r}: expected 'allocation' or 'after_step'")
-    findable, hits = set(cached), []  # a copy: the caller's set is the cache before the step
-    for prompt in prompts:
-        hits.append(cached_prefix_length(prompt, block_size, findable))
-        if file_at == "allocation":  # its slots are given now, and every full block is filed
-            findable.update(block_hashes(prompt, block_size))
+    names = [hash_request_tokens(p, block_size) for p in prompts]
+    findable = set(cached)  # a copy: the caller's set is the cache before the burst
+    hits = [0] * len(prompts)
+    waiting, running = list(range(len(prompts))), []  # running: [request, tokens computed]
+
+    def file(i, end, pending):  # the full blocks of prompts[i][:end]
+        (findable if file_at == "allocation" else pending).update(names[i][: end // block_size])
+
+    while waiting or running:
+        left, pending = budget, set()
+        for r in running:  # running requests first, oldest first
+            if left == 0:
+                break
+            n = min(len(prompts[r[0]]) - r[1], left)
+            left, r[1] = left - n, r[1] + n
+            file(r[0], r[1], pending)
+        while waiting and left > 0:
+            i = waiting.pop(0)
+            usable = len(prompts[i]) // block_size  # never the block of the last token
+            k = 0
+            while k < usable and names[i][k] in findable:
+                k += 1
+            hits[i] = k * block_size
+            n = min(len(prompts[i]) - hits[i], left)
+            left -= n
+            running.append([i, hits[i] + n])
+            file(i, hits[i] + n, pending)
+        findable |= pending  # the step has run
+        running = [r for r in running if r[1] < len(prompts[r[0]])]
     return hits
