@@ -1,8 +1,7 @@
 """Throughput vs concurrency on the bench model, saved where chapter 6's notebook reads it.
 
-    python benchmarks/throughput.py              # the full run, then
-    benchmarks/results/cpu.json python benchmarks/throughput.py --repeats 1  # any `python -m
-    minillm bench` option works here too
+    python benchmarks/throughput.py               # the full run, saved to results/cpu.json
+    python benchmarks/throughput.py --repeats 1   # any `python -m minillm bench` option works
 
 The same code as `python -m minillm bench` (minillm/bench/throughput.py); this script only picks
 the output file. Timings are never asserted: run it on a quiet machine and read the printed

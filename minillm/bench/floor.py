@@ -12,8 +12,9 @@ throughput table:
 - `step_times`: one `ModelRunner.forward` of a pure-decode batch against its number of rows, the
   figure that shows why batching pays (the weights are read once per step, whatever the rows);
 - `profile_decode_step`: a `torch.profiler` table of one decode step, by operator;
-- `projection_split`: how much of a bs-1 step the projections take, and the bandwidth at which
-  they read their weights: what separates the step from the floor, measured;
+- `profiled_forward`: one bs-1 forward's wall time beside its operators' time and its
+  projections' (the floor's rounds profile one each): what separates the step from the floor,
+  measured;
 - `record_forwards`, `record_model_calls` and `split_seconds`: each contender's wall time split
   into decode forwards, forwards that carry a prompt, and the rest, from the timed runs
   themselves.
@@ -109,43 +110,34 @@ def profile_decode_step(
 PROJECTION_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm")
 
 
-def projection_split(
-    model: Transformer, context: int, block_size: int, rounds: int = 5
-) -> dict:
-    """The projections' share of one bs-1 decode forward, by torch.profiler's own CPU time.
+def profiled_forward(runner: ModelRunner, batch) -> dict:
+    """One forward under torch.profiler: its wall time, the CPU time of all its operators, and
+    that of its projections, in ms, with the number of projection calls.
 
-    Returns the projections' milliseconds (median of `rounds` profiled forwards), the GB/s at
-    which they read the step's weights, and how many projection calls a step makes. If the
-    projections read at the streaming bandwidth, the step would sit at the floor plus its
-    other operators; the gap between the two bandwidths is the kernel's share of the miss.
-    """
+    The wall time minus the operators is the time between operators (Python, dispatch, the
+    profiler's own records)."""
     from torch.profiler import ProfilerActivity, profile
 
-    runner, batch = decode_batch(model, 1, context, block_size)
-    runner.forward(batch)
-    times, calls = [], 0
-    for _ in range(rounds):
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            runner.forward(batch)
-        ops = [e for e in prof.key_averages() if e.key in PROJECTION_OPS]
-        times.append(sum(e.self_cpu_time_total for e in ops) / 1e3)  # us -> ms
-        calls = sum(e.count for e in ops)
-    ms = statistics.median(times)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        wall_ms = _seconds(lambda: runner.forward(batch)) * 1e3
+    events = prof.key_averages()
+    ops = [e for e in events if e.key in PROJECTION_OPS]
     return dict(
-        projections_ms=ms,
-        projections_gb_per_s=decode_weight_bytes(model) / (ms * 1e-3) / 1e9,
-        projection_calls=calls,
+        profiled_wall_ms=wall_ms,
+        operators_ms=sum(e.self_cpu_time_total for e in events) / 1e3,  # us -> ms
+        projections_ms=sum(e.self_cpu_time_total for e in ops) / 1e3,
+        projection_calls=sum(e.count for e in ops),
     )
 
 
-def record_forwards(engine) -> list[tuple[int, int, float]]:
+def record_forwards(engine, log: list | None = None) -> list[tuple[int, int, float]]:
     """From now on, every `engine.runner.forward` appends (tokens, requests, seconds) to the
-    returned list.
+    returned list (`log`, if given).
 
     Timing the engine's own forwards, in the same run as its steps, pairs each step with its
     forward: a separate measurement minutes later would differ by whatever else the machine
     did meanwhile."""
-    log, inner = [], engine.runner.forward
+    log, inner = ([] if log is None else log), engine.runner.forward
 
     def forward(batch):
         t = time.perf_counter()
@@ -204,42 +196,41 @@ def measure_floor(
     each: the scheduling, batch building and sampling around the forward). forwards: for each
     concurrency, the (tokens, requests, seconds) of the engine's forwards in those runs. The
     median gap minus the median forward of a pure-decode step of c rows is what remains per-step
-    overhead.
+    overhead. The floor's verdict times its own 1-row forward, in turns with the bandwidth.
     """
     weight_bytes = decode_weight_bytes(model)
-    steps = step_times(model, levels, context, block_size)
-    t1 = steps[0]["ms"]
-    for s in steps:
+    # One timing per row count: the engine's own pure-decode forwards of c rows in the timed
+    # runs, the runs whose ratios the ceiling bounds and the aims judge. (A run that timed no
+    # engine at some c, such as a test's, times a forward alone instead.)
+    steps = []
+    for rows in levels:
+        decodes = [sec for n, b, sec in forwards.get(rows, []) if n == b == rows]
+        gaps = itls.get(rows)
+        if decodes:
+            s = dict(rows=rows, ms=statistics.median(decodes) * 1e3, timed="in the runs")
+        else:
+            (s,) = step_times(model, [rows], context, block_size)
+            s["timed"] = "alone"
         s["weights_gb_per_s"] = weight_bytes / (s["ms"] * 1e-3) / 1e9
-        gaps = itls.get(s["rows"])
-        decodes = [sec for n, b, sec in forwards.get(s["rows"], []) if n == b == s["rows"]]
         s["engine_step_ms"] = statistics.median(gaps) * 1e3 if gaps else None
-        s["engine_forward_ms"] = statistics.median(decodes) * 1e3 if decodes else None
-        s["overhead_ms"] = (
-            s["engine_step_ms"] - s["engine_forward_ms"] if gaps and decodes else None
-        )
-    # The ceiling c * t(1) / t(c): what c requests per step can gain at these step times. Its
-    # t(c) are the engine's own pure-decode forwards in the timed runs, the runs whose ratio it
-    # bounds; a forward timed alone, minutes apart, differs by whatever else the machine did.
-    # (Without them, as in a run that timed no engine, the forwards timed alone stand in.)
-    paired = all(s["engine_forward_ms"] for s in steps)
-    for s in steps:
-        t_1, t_c = (
-            (steps[0]["engine_forward_ms"], s["engine_forward_ms"]) if paired else (t1, s["ms"])
-        )
-        s["ceiling"] = s["rows"] * t_1 / t_c
+        s["overhead_ms"] = s["engine_step_ms"] - s["ms"] if gaps and decodes else None
+        steps.append(s)
+    for s in steps:  # c * t(1) / t(c): what c requests per step can gain at these step times
+        s["ceiling"] = s["rows"] * steps[0]["ms"] / s["ms"]
     # The floor and the bs-1 step, measured in alternation: on a shared machine the bandwidth
     # one gets changes from minute to minute, and a ratio of two numbers measured minutes apart
-    # would show that.
+    # would show that. Each round also profiles one forward, so the split of the forward into
+    # projections, other operators and the time between them comes from the same minutes.
     runner, batch = decode_batch(model, 1, context, block_size)
     runner.forward(batch)
-    pairs = []
+    pairs, profiled = [], []
     for _ in range(floor_rounds):
         bandwidth = stream_bandwidth(repeats=3)
         forward_s = statistics.median(
             _seconds(lambda runner=runner, batch=batch: runner.forward(batch)) for _ in range(3)
         )
         pairs.append((bandwidth, forward_s))
+        profiled.append(profiled_forward(runner, batch))
     bandwidth = statistics.median(b for b, _ in pairs)
     forward_ms = statistics.median(f for _, f in pairs) * 1e3
     overhead_ms = steps[0]["overhead_ms"] or 0.0
@@ -249,6 +240,9 @@ def measure_floor(
     percent = statistics.median(
         100 * (weight_bytes / b * 1e3) / (f * 1e3 + overhead_ms) for b, f in pairs
     )
+    split = {k: statistics.median(p[k] for p in profiled) for k in profiled[0]}
+    split["projection_calls"] = profiled[0]["projection_calls"]
+    split["projections_gb_per_s"] = weight_bytes / (split["projections_ms"] * 1e-3) / 1e9
     floor = dict(
         bandwidth_gb_per_s=bandwidth / 1e9,
         threads=torch.get_num_threads(),
@@ -261,8 +255,8 @@ def measure_floor(
         aim_percent=aim_percent,
         context=context,
         rounds=floor_rounds,
+        **split,  # medians over the rounds of one profiled forward each
     )
-    floor.update(projection_split(model, context, block_size))
     return floor, steps
 
 

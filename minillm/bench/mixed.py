@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from minillm.bench.floor import record_forwards
 from minillm.engine import LLMEngine
 from minillm.paged import num_blocks_for
 from minillm.sampling import SamplingParams
@@ -112,6 +113,46 @@ def padded_work(work, batch_size: int) -> dict:
     )
 
 
+def record_hf_calls(hf, log: list):
+    """Until the returned function is called, every forward of the transformers model `hf`
+    appends (tokens, rows, seconds) to `log`: the records `bench.floor.record_forwards` keeps
+    for the engine (a decode forward has one token per row)."""
+    inner = hf.forward
+
+    def forward(*args, **kwargs):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]  # [rows, tokens]
+        t = time.perf_counter()
+        out = inner(*args, **kwargs)
+        log.append((ids.numel(), ids.shape[0], time.perf_counter() - t))
+        return out
+
+    hf.forward = forward
+    return lambda: delattr(hf, "forward")  # the class's forward again
+
+
+def step_summary(log, wall_s: float) -> dict:
+    """One round of one side: how many decode forwards (one token per row) it ran and how many
+    that carry a prompt, their mean time and rows, and the wall time around them."""
+    decode = [(r, s) for n, r, s in log if n == r]
+    prompt = [s for n, r, s in log if n != r]
+    return dict(
+        decode_forwards=len(decode),
+        decode_ms=1e3 * statistics.mean(s for _, s in decode) if decode else 0.0,
+        decode_rows=statistics.mean(r for r, _ in decode) if decode else 0.0,
+        prompt_forwards=len(prompt),
+        prompt_ms=1e3 * statistics.mean(prompt) if prompt else 0.0,
+        forward_s=sum(s for *_, s in log),
+        wall_s=wall_s,
+    )
+
+
+def median_round(seconds: list[float], log: list, spans: list[tuple[int, int]]):
+    """The median round's seconds and its slice of `log` (spans: each round's (start, end))."""
+    i = sorted(range(len(seconds)), key=seconds.__getitem__)[len(seconds) // 2]
+    start, end = spans[i]
+    return seconds[i], log[start:end]
+
+
 def with_packed_projections(hf):
     """A copy of a transformers model whose every bias-free nn.Linear runs
     `minillm.model.linear`:
@@ -145,9 +186,9 @@ def measure_mixed(
     aim: float,
 ) -> dict:
     """The engine against transformers' static batches, as a user runs it (hf) and with the
-    engine's
-    packed projections (hf_packed); None skips one. A short warm-up, then the median of
-    `repeats` rounds. Throughput counts only the tokens the requests asked for."""
+    engine's packed projections (hf_packed); None skips one. A short warm-up, then `repeats`
+    timed rounds; each side is judged on its median round. Throughput counts only the tokens
+    the requests asked for; `steps` counts and times each side's forwards in that round."""
     work = make_mixed_workload(
         num_requests, tuple(prompt_lens), tuple(max_tokens), model.cfg.vocab_size, seed
     )
@@ -157,11 +198,22 @@ def measure_mixed(
     hfs = {k: m for k, m in (("hf", hf), ("hf_packed", hf_packed)) if m is not None}
     for m in hfs.values():
         run_hf_mixed(m, warm, concurrency)
-    engine_s, hf_s = [], {k: [] for k in hfs}
+    logs = {k: [] for k in ["engine", *hfs]}  # every forward of the timed rounds, per side
+    seconds = {k: [] for k in logs}
+    spans = {k: [] for k in logs}  # each round's slice of its side's log
+    record_forwards(engine, logs["engine"])
+    stops = [record_hf_calls(m, logs[k]) for k, m in hfs.items()]
     for _ in range(repeats):
-        engine_s.append(run_engine_mixed(engine, work))
-        for k, m in hfs.items():
-            hf_s[k].append(run_hf_mixed(m, work, concurrency))
+        for k in logs:
+            start = len(logs[k])
+            if k == "engine":
+                seconds[k].append(run_engine_mixed(engine, work))
+            else:
+                seconds[k].append(run_hf_mixed(hfs[k], work, concurrency))
+            spans[k].append((start, len(logs[k])))
+    for stop in stops:
+        stop()
+    median = {k: median_round(seconds[k], logs[k], spans[k]) for k in logs}
     useful = sum(m for _, m in work)
     out = dict(
         workload=dict(
@@ -172,11 +224,12 @@ def measure_mixed(
             seed=seed,
         ),
         useful_output_tokens=useful,
-        engine_tokens_per_s=useful / statistics.median(engine_s),
+        engine_tokens_per_s=useful / median["engine"][0],
         aim=aim,
+        steps={k: step_summary(log, s) for k, (s, log) in median.items()},  # median rounds
     )
     for k in hfs:
-        out[f"{k}_tokens_per_s"] = useful / statistics.median(hf_s[k])
+        out[f"{k}_tokens_per_s"] = useful / median[k][0]
         out[f"engine_vs_{k}"] = out["engine_tokens_per_s"] / out[f"{k}_tokens_per_s"]
         out["padding"] = padded_work(work, concurrency)
     return out
