@@ -201,6 +201,7 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
         "bs-1 decode floor",
         "one decode step against its rows",
         "what limits it: the step's",
+        "one profiled 1-row forward per round",
         "mixed workload: 3 requests",
     ):
         assert words in printed
@@ -217,6 +218,11 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
     # every projection of the step is counted: q, k, v, o, gate, up, down per layer + the head
     assert floor["projection_calls"] == 7 * result["model"]["num_hidden_layers"] + 1
     assert floor["projections_ms"] > 0 and floor["projections_gb_per_s"] > 0
+    # the profiled forward's wall time, beside the operators it lists
+    assert floor["operators_ms"] >= floor["projections_ms"] and floor["profiled_wall_ms"] > 0
+    steps_ = result["mixed"]["steps"]["engine"]  # the mixed run counts and times its forwards
+    assert steps_["decode_forwards"] > 0 and steps_["prompt_forwards"] > 0
+    assert 0 < steps_["forward_s"] <= steps_["wall_s"]
     assert [s["rows"] for s in result["step_times"]] == [1, 2] and all(
         s["ms"] > 0 for s in result["step_times"]
     )
@@ -273,7 +279,8 @@ def test_the_ceiling_comes_from_the_engines_own_forwards_in_the_timed_runs():
     itls = {1: [0.011, 0.012], 2: [0.013, 0.013]}
     forwards = {1: [(1, 1, 0.010), (7, 1, 0.5)], 2: [(2, 2, 0.0125), (2, 2, 0.0125)]}
     floor, steps = bench_floor.measure_floor(model, [1, 2], itls, forwards, 8, 4, 75, 1)
-    assert [s["engine_forward_ms"] for s in steps] == pytest.approx([10.0, 12.5])
+    assert [s["ms"] for s in steps] == pytest.approx([10.0, 12.5])
+    assert [s["timed"] for s in steps] == ["in the runs"] * 2
     assert [s["ceiling"] for s in steps] == pytest.approx([1.0, 2 * 10.0 / 12.5])
     assert steps[1]["overhead_ms"] == pytest.approx(13.0 - 12.5)
 
@@ -295,3 +302,70 @@ def test_the_breakdown_splits_wall_time_by_forward_kind():
     # an engine's step of 2 decodes is a decode; 2 decodes beside a prompt chunk is not
     split = bench_floor.split_seconds([(2, 2, 1.0), (9, 3, 2.0), (1, 1, 0.5)], wall_s=4.0)
     assert (split["decode_s"], split["prompt_s"], split["other_s"]) == (1.5, 2.0, 0.5)
+
+
+def test_the_step_aims_follow_the_targets():
+    # a step at its aim leaves the ceiling c * t(1) / t(c) exactly at the target there
+    for c, aim in bench.STEP_AIMS.items():
+        assert c / aim == pytest.approx(bench.TARGETS[c])
+
+
+def test_step_summary_counts_decode_and_prompt_forwards_of_the_median_round():
+    log = [(16, 8, 0.5), (8, 8, 0.1), (8, 8, 0.3), (40, 2, 1.0), (2, 2, 0.2), (8, 8, 0.1)]
+    spans = [(0, 2), (2, 3), (3, 6)]  # three rounds' slices of the log
+    seconds, mine = bench_mixed.median_round([5.0, 1.0, 3.0], log, spans)
+    assert (seconds, mine) == (3.0, log[3:6])  # the round of 3.0 s, between 1.0 and 5.0
+    st = bench_mixed.step_summary(mine, wall_s=seconds)
+    assert (st["decode_forwards"], st["prompt_forwards"]) == (2, 1)
+    assert st["decode_ms"] == pytest.approx(1e3 * 0.3 / 2)
+    assert st["decode_rows"] == pytest.approx(5.0)
+    assert st["prompt_ms"] == pytest.approx(1e3 * 1.0)
+    assert (st["forward_s"], st["wall_s"]) == (pytest.approx(1.3), 3.0)
+
+
+def test_record_hf_calls_logs_each_forward_and_restores_the_class_forward():
+    from torch import nn
+
+    class Toy(nn.Module):
+        def forward(self, input_ids=None):
+            return input_ids * 2
+
+    toy, log = Toy(), []
+    stop = bench_mixed.record_hf_calls(toy, log)
+    toy(input_ids=torch.ones(3, 5))
+    toy(torch.ones(3, 1))
+    stop()
+    toy(input_ids=torch.ones(1, 1))
+    assert [(n, r) for n, r, _ in log] == [(15, 3), (3, 3)]
+    assert "forward" not in vars(toy)
+
+
+def test_bench_serve_saves_every_round_of_both_sides_in_the_order_run(
+    tiny_default_path, tmp_path
+):
+    """bench-serve keeps every server round and every offline round (they alternate), each with
+    its steps and mean step time, so the two sides can be compared round by round."""
+    import argparse
+
+    from minillm.bench import serve as bench_serve
+    from minillm.cli.serve_args import add_bench_serve_args
+
+    p = argparse.ArgumentParser()
+    add_bench_serve_args(p)
+    save = tmp_path / "serve.json"
+    args = p.parse_args(
+        ["--model", str(tiny_default_path), "--num-prompts", "4", "--random-input-len", "8"]
+        + ["--random-output-len", "4", "--max-concurrency", "2", "--repeats", "3"]
+        + ["--save", str(save)]
+    )
+    assert bench_serve.main(args) == 0
+    saved = json.loads(save.read_text())
+    (row,) = saved["runs"]
+    rounds, offline = row["rounds"], saved["workload"]["offline_rounds"]
+    assert len(rounds) == len(offline) == 3
+    for side in rounds + offline:
+        assert side["engine_steps"] >= 4 * 4 // 2  # 2 running per step, 4 tokens each
+        assert side["engine_step_ms_mean"] > 0
+    assert all(r["completed"] == 4 for r in rounds)
+    by_throughput = sorted(r["output_throughput"] for r in rounds)
+    assert row["output_throughput"] == by_throughput[1]  # the median round is the one reported

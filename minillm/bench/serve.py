@@ -16,7 +16,8 @@ between tokens).
 The same workload also runs through the offline engine in this process (`LLMEngine.generate`,
 all requests queued, at most `--max-concurrency` running), its rounds alternating with the
 server's rounds of the first rate (the server sits idle meanwhile), so the cost of the HTTP
-layer is one number: the server's output throughput over the offline engine's.
+layer is measured round by round: each server round's output throughput and step times next to
+the offline round that ran right after it. The saved file keeps every round of both sides.
 """
 
 from __future__ import annotations
@@ -366,6 +367,7 @@ def main(args) -> int:
                         **summarize(results, seconds, args.random_input_len),
                         "engine_steps": len(steps),
                         "engine_step_ms_p50": percentile(steps, 50) * 1e3,
+                        "engine_step_ms_mean": statistics.fmean(steps) * 1e3 if steps else 0.0,
                         "engine_busy": sum(steps) / seconds,
                     }
                 )
@@ -378,11 +380,13 @@ def main(args) -> int:
                             "output_throughput": tps,
                             "engine_steps": len(off_steps),
                             "engine_step_ms_p50": percentile(off_steps, 50) * 1e3,
+                            "engine_step_ms_mean": statistics.fmean(off_steps) * 1e3,
                         }
                     )
-            rows.append(
-                sorted(runs, key=lambda row: row["output_throughput"])[len(runs) // 2]
-            )  # the median round
+            median = sorted(runs, key=lambda row: row["output_throughput"])[len(runs) // 2]
+            # every round too, in the order run: round k of the first rate ran just before
+            # offline round k, so the two can be compared pairwise
+            rows.append({**median, "rounds": runs})
     finally:
         if server is not None:
             server.stop()
