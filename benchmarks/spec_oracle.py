@@ -6,8 +6,10 @@ On the bench model (minillm/bench/common.py), for batch sizes 1 and 8: plain gre
 then an oracle proposer (minillm/spec_decode/oracle.py: the greedy continuation, each token
 corrupted with probability 1 - alpha, proposed at no cost) over a grid of alpha and k, and the
 target as its own draft at k = 4 (every proposal accepted, each costing a target forward). Every
-run's tokens must equal plain decoding's. Prints measured and predicted speedups
-(minillm/bench/spec_sweep.py); the notebook reads the saved JSON.
+run's tokens must equal plain decoding's. Prints measured and predicted speedups, the measured
+tokens per verify over the formula's E(alpha, k), and the scatter of the plain runs each
+speculative run is timed against (minillm/bench/spec_sweep.py); the notebook reads the saved
+JSON, which also holds every run's target forwards by kind.
 """
 
 from __future__ import annotations

@@ -438,3 +438,36 @@ def test_bench_speculative_quick_run_saves_what_chapter_9_prints(tmp_path, capsy
         int(n) > 1 for n in spec_1["forward_ms"] if int(n) <= 8
     )  # a verify: more than one query token
     assert "a batch-1 target forward (median): 1 token(s)" in capsys.readouterr().out
+    for r in saved["rows"]:  # the forwards by kind are every target forward of the run
+        f = r["forwards"]
+        assert sum(v["seconds"] for v in f.values()) == pytest.approx(r["forward_seconds"])
+        assert f["prefill"]["count"] >= 1 and r["draft_forwards"]["count"] == 0
+    assert plain_1["forwards"]["verify"]["count"] == 0 and spec_1["forwards"]["verify"]["count"]
+
+
+def test_forward_kinds_tell_decode_verify_and_prefill_apart():
+    from minillm.bench.spec import forward_kind
+    from minillm.runner import build_batch
+
+    table = [0, 1]
+    decode = build_batch([([5], 3, table, True), ([6], 4, table, True)], 16)
+    verify = build_batch([([5, 7, 8], 3, table, 3), ([6], 4, table, True)], 16)
+    prefill = build_batch([([5, 7, 8], 0, table, True), ([6], 4, table, True)], 16)
+    assert [forward_kind(b) for b in (decode, verify, prefill)] == [
+        "decode",
+        "verify",
+        "prefill",
+    ]
+
+
+def test_bench_speculative_counts_the_drafts_forwards(tmp_path):
+    import json
+
+    from minillm.bench.spec import main
+
+    out = tmp_path / "spec.json"
+    assert main(["--speculative", "draft", "--quick", "--save", str(out)]) == 0
+    plain_1, spec_1 = json.loads(out.read_text())["rows"][:2]
+    assert plain_1["draft_forwards"]["count"] == 0
+    # every verify follows at least one draft forward
+    assert spec_1["draft_forwards"]["count"] >= spec_1["forwards"]["verify"]["count"] > 0

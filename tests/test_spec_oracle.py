@@ -125,3 +125,19 @@ def test_break_even_alpha_solves_expected_tokens_equals_cost():
     assert expected_tokens(a, 4) == pytest.approx(2.0, abs=1e-9)
     assert break_even_alpha(2, 1.0) == pytest.approx(0.0, abs=1e-9)  # a free verify pays always
     assert break_even_alpha(2, 3.5) is None  # 3 tokens at most cannot pay for 3.5 decodes
+
+
+def test_the_sweep_saves_the_formula_and_each_runs_forwards(model, capsys):
+    from minillm.bench.spec_sweep import print_rows, sweep
+
+    rows = sweep(model, alphas=(1.0,), ks=(2,), batch_sizes=(1,), max_tokens=6)
+    (r,) = rows
+    # 5 tokens after the prefill's: verifies of 3 and 2 tokens, the cut the formula takes in
+    assert r["tokens_per_verify"] == pytest.approx(r["expected_tokens_cut"]) == 2.5
+    assert r["expected_tokens"] == 3.0
+    assert r["forwards"]["verify"]["count"] == 2 and r["plain_forwards"]["verify"]["count"] == 0
+    assert r["plain_forwards"]["decode"]["count"] == 5
+    print_rows(rows)
+    out = capsys.readouterr().out
+    assert " 0.83 |" in out  # tokens/E: 2.5 / 3
+    assert "batch 1: the 1 paired plain runs took" in out

@@ -12,8 +12,10 @@ c * --rounds requests run through an engine with max_num_seqs = c, without and w
 speculation, the passes alternating. Reported: output tokens per second of wall time (prefill
 included), target forwards per output token per request (1.0 without speculation: each step
 gives a request one token), the acceptance rate and the mean accepted length (tokens per
-verify, the bonus included). Tokens with and without speculation must be identical: the run
-fails otherwise.
+verify, the bonus included); then, per run, the target's forwards by kind (decode, verify,
+prefill: forward_kind) with their seconds, and the draft's forwards, so that tokens per forward
+and time per forward come from the same run. Tokens with and without speculation must be
+identical: the run fails otherwise.
 """
 
 from __future__ import annotations
@@ -93,7 +95,12 @@ def run(
     forward_times: dict[
         int, list[float]
     ] = {}  # query tokens in the step -> seconds of each target forward
-    engine.runner.forward = timed_forward(engine.runner.forward, forward_times)
+    kinds = {k: [0, 0.0] for k in FORWARD_KINDS}  # kind -> [target forwards, their seconds]
+    engine.runner.forward = timed_forward(engine.runner.forward, forward_times, kinds)
+    draft = [0, 0.0]  # the draft model's forwards and their seconds (draft_model only)
+    draft_runner = getattr(engine.spec.proposer, "runner", None) if engine.spec else None
+    if draft_runner is not None:
+        draft_runner.forward = counted(draft_runner.forward, draft)
     t = time.perf_counter()
     outs = engine.generate(
         prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True), progress=False
@@ -116,19 +123,54 @@ def run(
         forward_ms={
             str(n): 1e3 * statistics.median(ts) for n, ts in sorted(forward_times.items())
         },
+        # one denominator for tokens per forward and time per forward: the engine's target
+        # forwards of this run, by kind, with their summed seconds
+        forwards={k: dict(count=n, seconds=t) for k, (n, t) in kinds.items()},
+        draft_forwards=dict(count=draft[0], seconds=draft[1]),
     )
 
 
-def timed_forward(forward, times: dict[int, list[float]]):
+FORWARD_KINDS = ("decode", "verify", "prefill")
+
+
+def forward_kind(batch) -> str:
+    """decode: one query token per request; verify: more, all with logits (verifies, possibly
+    beside decodes); prefill: a chunk without logits at every token (a prompt in the step)."""
+    n, b = batch.num_tokens, len(batch.seq_lens)
+    if n == b:
+        return "decode"
+    return "verify" if int(batch.logits_indices.shape[0]) == n else "prefill"
+
+
+def counted(forward, tally: list):
+    """forward, its calls counted and timed into tally = [calls, seconds]."""
+
+    def timed(batch):
+        t = time.perf_counter()
+        out = forward(batch)
+        tally[0] += 1
+        tally[1] += time.perf_counter() - t
+        return out
+
+    return timed
+
+
+def timed_forward(forward, times: dict[int, list[float]], kinds: dict | None = None):
     """The target's forward, timed and filed by the number of query tokens in the step (what a
-    verify adds)."""
+    verify adds), and, with kinds, counted and timed by forward_kind into kinds[kind] =
+    [forwards, seconds]."""
 
     def timed(batch):
         t = time.perf_counter()
         logits = forward(batch)
         if logits.is_cuda:
             torch.cuda.synchronize()  # a GPU forward returns before it ends
-        times.setdefault(int(batch.input_ids.shape[0]), []).append(time.perf_counter() - t)
+        dt = time.perf_counter() - t
+        times.setdefault(int(batch.input_ids.shape[0]), []).append(dt)
+        if kinds is not None:
+            tally = kinds[forward_kind(batch)]
+            tally[0] += 1
+            tally[1] += dt
         return logits
 
     return timed
@@ -218,6 +260,7 @@ def main(argv=None) -> int:
             rows.append(dict(ranked[len(ranked) // 2], concurrency=c, name=name))  # the median
         same &= rows[-1]["tokens"] == rows[-2]["tokens"]
     print_table(rows)
+    print_forward_counts(rows)
     print_forward_costs(rows)
     print(
         "greedy tokens identical with and without speculation"
@@ -283,4 +326,20 @@ def print_forward_costs(rows: list[dict]) -> None:
             f"concurrency {r['concurrency']}, {r['name']}: "
             f"{r['forward_seconds'] / r['seconds']:.0%} of the "
             f"wall time in target forwards"
+        )
+
+
+def print_forward_counts(rows: list[dict]) -> None:
+    """Per run: target forwards by kind, draft forwards, and output tokens per target forward
+    and ms per target forward, all from the same run."""
+    for r in rows:
+        f = r["forwards"]
+        n = sum(v["count"] for v in f.values())
+        sec = sum(v["seconds"] for v in f.values())
+        d = r["draft_forwards"]
+        print(
+            f"concurrency {r['concurrency']}, {r['name']}: {n} target forwards ("
+            + ", ".join(f"{f[k]['count']} {k}" for k in FORWARD_KINDS)
+            + f"), {r['output_tokens'] / n:.2f} tokens and {1e3 * sec / n:.1f} ms per forward"
+            + (f"; {d['count']} draft forwards, {d['seconds']:.2f} s" if d["count"] else "")
         )

@@ -17,9 +17,10 @@ plain run just before it).
 from __future__ import annotations
 
 import random
+import statistics
 
 from minillm.bench.spec import run
-from minillm.spec_decode.oracle import OracleProposer, expected_tokens
+from minillm.spec_decode.oracle import OracleProposer, expected_tokens, expected_tokens_cut
 
 PROMPT_LEN = 32  # longer than any verify of the sweep, so a prefill never files as one
 
@@ -85,18 +86,28 @@ def sweep(
 def row(b, alpha, k, plain, r, decode_ms, verify_ms) -> dict:
     cost = None if verify_ms is None else verify_ms / decode_ms
     predicted = None if cost is None or alpha is None else expected_tokens(alpha, k) / cost
+    n_after = round(r["output_tokens"] / b) - 1  # each request's tokens after the prefill's
     return dict(
         batch_size=b,
         alpha=alpha,
         k=k,
         acceptance_rate=r["acceptance_rate"],
         tokens_per_verify=r["mean_accepted_length"],
+        # the formula's tokens per verify, without and with max_tokens' cut of the last verifies
+        expected_tokens=None if alpha is None else expected_tokens(alpha, k),
+        expected_tokens_cut=None if alpha is None else expected_tokens_cut(alpha, k, n_after),
         forwards_per_token=r["forwards_per_token"],
         cost_ratio=cost,
         predicted_speedup=predicted,
         speedup=plain["seconds"] / r["seconds"],
         seconds=r["seconds"],
         plain_seconds=plain["seconds"],
+        # both runs' target forwards by kind (count, seconds) and median ms by query tokens
+        forwards=r["forwards"],
+        plain_forwards=plain["forwards"],
+        draft_forwards=r["draft_forwards"],
+        forward_ms=r["forward_ms"],
+        plain_forward_ms=plain["forward_ms"],
     )
 
 
@@ -114,7 +125,7 @@ def break_even_alpha(k: int, cost_ratio: float) -> float | None:
 
 def print_rows(rows: list[dict]) -> None:
     head = (
-        f"{'batch':>5} | {'alpha':>5} | {'k':>2} | {'tokens/verify':>13} | "
+        f"{'batch':>5} | {'alpha':>5} | {'k':>2} | {'tokens/verify':>13} | {'tokens/E':>8} | "
         f"{'verify/decode':>13} | {'predicted':>9} | {'measured':>8}"
     )
     print(head + "\n" + "-" * len(head))
@@ -122,7 +133,19 @@ def print_rows(rows: list[dict]) -> None:
         alpha = "draft" if r["alpha"] is None else f"{r['alpha']:.2f}"
         cost = "-" if r["cost_ratio"] is None else f"{r['cost_ratio']:.2f}x"
         pred = "-" if r["predicted_speedup"] is None else f"{r['predicted_speedup']:.2f}x"
+        te = (
+            "-"
+            if r["alpha"] is None
+            else f"{r['tokens_per_verify'] / r['expected_tokens']:.2f}"
+        )
         print(
             f"{r['batch_size']:>5} | {alpha:>5} | {r['k']:>2} | "
-            f"{r['tokens_per_verify']:>13.2f} | {cost:>13} | {pred:>9} | {r['speedup']:>7.2f}x"
+            f"{r['tokens_per_verify']:>13.2f} | {te:>8} | {cost:>13} | {pred:>9} | "
+            f"{r['speedup']:>7.2f}x"
+        )
+    for b in sorted({r["batch_size"] for r in rows}):
+        ps = [r["plain_seconds"] for r in rows if r["batch_size"] == b]
+        print(
+            f"batch {b}: the {len(ps)} paired plain runs took {min(ps):.2f} to {max(ps):.2f} s "
+            f"(median {statistics.median(ps):.2f} s, spread {max(ps) / min(ps) - 1:.0%})"
         )
