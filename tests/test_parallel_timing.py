@@ -7,6 +7,7 @@ import pytest
 
 from minillm.parallel.timing import (
     all_reduce_times,
+    decode_forward_times,
     decode_step_split,
     decode_step_times,
     time_all_reduce,
@@ -90,3 +91,27 @@ def test_comm_stats_keep_each_call_only_when_asked():
     assert len(stats.calls) == 1 and stats.calls[0][0] <= stats.calls[0][1]
     stats.reset()
     assert stats.calls == [] and stats.record_calls
+
+
+def test_decode_forward_times_clock_the_forward_inside_each_step(model_path):
+    for shard_of in (1, 2):
+        times = decode_forward_times(
+            model_path, batch=2, prompt_len=5, steps=3, shard_of=shard_of
+        )
+        assert len(times) == 3 and all(0 < forward < step for step, forward in times)
+
+
+def test_a_shard_without_peers_keeps_its_own_sums_and_repeats_its_logits():
+    import torch
+
+    from minillm.parallel.timing import _NoPeers
+
+    group, x = _NoPeers(0, 2), torch.arange(6.0).view(2, 3)
+    assert torch.equal(group.all_reduce(x.clone()), x)  # nothing added from another rank
+    assert torch.equal(group.gather_last_dim(x, 5), torch.cat([x, x], -1)[:, :5])
+    assert group.stats.all_reduce == 1 and group.stats.gather == 1
+
+
+def test_a_shard_of_zero_ranks_is_refused_by_name(model_path):
+    with pytest.raises(ValueError, match="shard_of"):
+        decode_forward_times(model_path, batch=2, prompt_len=5, steps=1, shard_of=0)

@@ -1,6 +1,6 @@
 """parallel/timing.py — what tensor parallelism costs on this machine, measured.
 
-Two measurements for chapter 10's communication term. `time_all_reduce` starts a gloo group
+The measurements of chapter 10's section 6. `time_all_reduce` starts a gloo group
 of `world_size` processes and times `torch.distributed.all_reduce` itself, per call, for each
 message size (after a barrier, so every rank starts the call together; the fastest call
 counts, or the median with `statistic="median"`; `all_reduce_times` returns every call).
@@ -8,6 +8,8 @@ counts, or the median with `statistic="median"`; `all_reduce_times` returns ever
 two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
 all-reduces, plus the cost of handing the step to the workers. `decode_step_split` splits each
 step on every rank: the hand-over, each rank's forward, and its time inside the collectives.
+`decode_forward_times` clocks the forward inside each step of one process, of the whole model or
+of rank 0's shard run alone (its collectives no-ops), so the compute's share can be set apart.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from minillm.checking import check_int
 from minillm.parallel.collectives import HOST
+from minillm.parallel.layers import TensorParallelGroup
 from minillm.parallel.workers import RankTimes
 
 
@@ -190,3 +193,60 @@ def decode_step_split(
     finally:
         torch.set_num_threads(threads)
     return split
+
+
+class _NoPeers(TensorParallelGroup):
+    """Rank 0 of `size`, alone: its all-reduces return its own partial sum and its gather
+    repeats its own slice of the logits. The shard's compute at full speed, with no other rank
+    to wait for or to share the machine with; its logits are not the model's."""
+
+    def sum_over_ranks(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def gather_to_first(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [x] * self.size
+
+
+def decode_forward_times(
+    path, batch: int, prompt_len: int, steps: int, shard_of: int = 1
+) -> list[tuple[float, float]]:
+    """(step, forward) seconds of each decode step in one process, with the threads of
+    `decode_step_times`; forward is `ModelRunner.forward` (preparing the batch, the model).
+    With `shard_of` N > 1 the model is rank 0's 1/N shard and its collectives do nothing
+    (`_NoPeers`): what one rank's share of the forward costs when it runs alone."""
+    from minillm.engine import LLMEngine
+    from minillm.model import Transformer
+    from minillm.sampling import SamplingParams
+
+    check_int("shard_of", shard_of, min=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
+    greedy = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
+    prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(prompt_len)] for r in range(batch)]
+    times = []
+    try:
+        tp = _NoPeers(0, shard_of) if shard_of > 1 else None
+        with LLMEngine(
+            Transformer.from_pretrained(path, tp=tp), max_num_seqs=batch,
+            max_num_batched_tokens=batch * prompt_len, block_size=16,
+            num_blocks=batch * -(-(prompt_len + steps + 1) // 16),
+        ) as engine:  # fmt: skip
+            forward, clocked = engine.runner.forward, [0.0]
+
+            def timed(batch_input):
+                start = time.perf_counter()
+                logits = forward(batch_input)
+                clocked[0] = time.perf_counter() - start
+                return logits
+
+            engine.runner.forward = timed
+            for p in prompts:
+                engine.add_request(p, greedy)
+            engine.step()  # the prefills
+            while engine.has_unfinished():
+                start = time.perf_counter()
+                engine.step()
+                times.append((time.perf_counter() - start, clocked[0]))
+    finally:
+        torch.set_num_threads(threads)
+    return times
