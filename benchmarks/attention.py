@@ -1,13 +1,13 @@
 """Decode attention on a GPU: chapter 11's Triton kernel vs the torch reference vs SDPA on a
 padded batch.
 
-    python benchmarks/attention.py                      # 1-64 requests, contexts 1K-32K, bf16,
-    Qwen3-0.6B's heads python benchmarks/attention.py --quick              # a few shapes python
-    benchmarks/attention.py --peak-gbps 3350     # the device's HBM bandwidth, when its name is
-    not known below python benchmarks/attention.py --json out.json      # also save the rows
+    python benchmarks/attention.py                   # 1-64 requests, contexts 1K-32K, bf16
+    python benchmarks/attention.py --quick           # batch sizes 1 and 64, contexts 1K and 32K
+    python benchmarks/attention.py --peak-gbps 3350  # peak HBM GB/s, for a device not listed
+    python benchmarks/attention.py --json out.json   # also save the rows
 
 For each batch size B and context L (every request of the batch has the same context, so the
-padded batch has no padding), one decode step of one layer's attention is timed three ways:
+padded batch has no padding), one decode step of one layer's attention is timed four ways:
 
 - `triton`: `triton_paged_attention`, one launch over the flat batch, K/V read through the block
   tables;
@@ -37,9 +37,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parents[1])
-)  # run from a checkout without installing
+# run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from minillm.kernels import INSTALL_HINT, triton_available  # noqa: E402
 
@@ -144,9 +143,8 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
     blocks = list(range(1, kv.num_blocks))
     random.Random(B * 100_003 + L).shuffle(blocks)  # scattered, as in a long-running engine
     tables = [blocks[i * per_request : (i + 1) * per_request] for i in range(B)]
-    attn = PagedAttention(
-        kv, tables, [L] * B, list(range(B + 1))
-    )  # checked once, like a step's metadata
+    # checked once, like a step's metadata
+    attn = PagedAttention(kv, tables, [L] * B, list(range(B + 1)))
     q = torch.randn(B, H, hd, device=device, dtype=dtype)
     scale = hd**-0.5
     seq_lens = torch.full((B,), L, dtype=torch.long, device=device)
@@ -165,9 +163,8 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
     def run_torch():
         return attn.decode(0, q, scale)
 
-    k_dense = (
-        kv.k[0][attn.block_tables].flatten(1, 2)[:, :L].permute(0, 2, 1, 3).contiguous()
-    )  # [B, KV, L, hd]
+    dense = kv.k[0][attn.block_tables].flatten(1, 2)[:, :L]  # [B, L, KV, hd]
+    k_dense = dense.permute(0, 2, 1, 3).contiguous()  # [B, KV, L, hd]
     v_dense = kv.v[0][attn.block_tables].flatten(1, 2)[:, :L].permute(0, 2, 1, 3).contiguous()
     q4 = q[:, :, None, :]  # [B, H, 1, hd]
 
@@ -192,9 +189,8 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
             ("sdpa", run_sdpa),
         ]
     }
-    nbytes = (
-        2 * B * L * KV * hd * kv.k[0].element_size() + 2 * q.numel() * q.element_size()
-    )  # K, V; q and out
+    # K and V, then q and the output
+    nbytes = 2 * B * L * KV * hd * kv.k[0].element_size() + 2 * q.numel() * q.element_size()
     return dict(
         batch=B,
         context=L,
@@ -215,8 +211,7 @@ def main(argv=None) -> int:
         print(
             "benchmarks/attention.py measures GPU kernels, and torch sees no CUDA device here "
             "(torch.cuda.is_available() is False): nothing to measure. `--cpu-smoke` runs the "
-            "code on tiny "
-            "shapes in Triton's interpreter, without meaningful times."
+            "code on tiny shapes in Triton's interpreter, without meaningful times."
         )
         return 0
     from minillm.kernels import interpreting, load_triton
@@ -251,9 +246,8 @@ def main(argv=None) -> int:
     rows = []
     for B in args.batch_sizes:
         for L in args.contexts:
-            need = (
-                4 * 2 * B * L * args.kv_heads * args.head_dim * dtype.itemsize
-            )  # cache, gather copy, dense copy, slack
+            # the cache, the gather's copy, the dense copy, and slack
+            need = 4 * 2 * B * L * args.kv_heads * args.head_dim * dtype.itemsize
             if device.type == "cuda" and need > torch.cuda.mem_get_info()[0]:
                 print(
                     f"{B:>3} {L:>8}  skipped: needs about {need / 2**30:.1f} GiB of free GPU "

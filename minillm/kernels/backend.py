@@ -28,10 +28,9 @@ class TritonAttention(PagedAttention):
         if kv.device.type == "cpu" and not interpreting():
             raise ValueError(
                 "the Triton backend got a cache on the CPU, but Triton is compiling for a GPU "
-                "here "
-                "(TRITON_INTERPRET is not set): put the model on CUDA, or set "
-                "TRITON_INTERPRET=1 "
-                "before anything imports triton to run the kernels in Triton's interpreter"
+                "here (TRITON_INTERPRET is not set): put the model on CUDA, or set "
+                "TRITON_INTERPRET=1 before anything imports triton to run the kernels in "
+                "Triton's interpreter"
             )
         super().__init__(kv, block_tables, seq_lens, query_start_loc, slot_mapping)
         device = kv.device
@@ -42,9 +41,8 @@ class TritonAttention(PagedAttention):
         self.max_query_len = max(
             b - a for a, b in zip(self.query_start_loc, self.query_start_loc[1:])
         )
-        self.max_seq_len = max(
-            self.seq_lens
-        )  # sizes the segment axis of the flash-decoding grid
+        # sizes the segment axis of the flash-decoding grid
+        self.max_seq_len = max(self.seq_lens)
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float

@@ -21,17 +21,20 @@ import triton.language as tl  # noqa: E402
 
 @triton.jit
 def reshape_and_cache_kernel(
+    # k, v [N, KV, hd]; caches [slots, KV, hd]; slot_mapping [N]
     k_ptr,
     v_ptr,
     k_cache_ptr,
     v_cache_ptr,
-    slot_mapping_ptr,  # k, v [N, KV, hd]; caches [slots, KV, hd]; [N]
+    slot_mapping_ptr,
+    # a token's and a head's stride in k and in v
     stride_kt,
     stride_kh,
     stride_vt,
-    stride_vh,  # a token's and a head's stride in k and v
+    stride_vh,
+    # a slot's and a head's stride in the caches (both caches share a layout)
     stride_cs,
-    stride_ch,  # a slot's and a head's stride in the caches (both caches share a layout)
+    stride_ch,
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -44,10 +47,10 @@ def reshape_and_cache_kernel(
     heads = tl.arange(0, BLOCK_H)
     dims = tl.arange(0, BLOCK_D)
     mask = (heads[:, None] < NUM_KV_HEADS) & (dims[None, :] < HEAD_DIM)
-    k = tl.load(
-        k_ptr + t * stride_kt + heads[:, None] * stride_kh + dims[None, :], mask=mask
-    )  # [BLOCK_H, BLOCK_D]
-    v = tl.load(v_ptr + t * stride_vt + heads[:, None] * stride_vh + dims[None, :], mask=mask)
+    k_rows = k_ptr + t * stride_kt + heads[:, None] * stride_kh  # [BLOCK_H, 1]
+    v_rows = v_ptr + t * stride_vt + heads[:, None] * stride_vh
+    k = tl.load(k_rows + dims[None, :], mask=mask)  # [BLOCK_H, BLOCK_D]
+    v = tl.load(v_rows + dims[None, :], mask=mask)
     at = slot * stride_cs + heads[:, None] * stride_ch + dims[None, :]
     tl.store(k_cache_ptr + at, k, mask=mask)
     tl.store(v_cache_ptr + at, v, mask=mask)
@@ -70,10 +73,8 @@ def triton_cache_write(
             "triton_cache_write needs contiguous caches: a slot is a row of [num_blocks * "
             "block_size, KV, hd]"
         )
-    k, v = (
-        k.contiguous(),
-        v.contiguous(),
-    )  # the kernel steps along head_dim one element at a time
+    # the kernel steps along head_dim one element at a time
+    k, v = k.contiguous(), v.contiguous()
     stride_cs, stride_ch = KV * hd, hd  # the cache as [num_blocks * block_size, KV, hd]
     reshape_and_cache_kernel[(N,)](
         k,

@@ -25,9 +25,10 @@ SEGMENT = 256  # keys per program (a multiple of BLOCK_N)
 
 @triton.jit
 def decode_segment_kernel(
+    # float32 partial results: o [B, H, S, hd], m and l [B, H, S]
     part_o_ptr,
     part_m_ptr,
-    part_l_ptr,  # [B, H, S, hd], [B, H, S], [B, H, S] float32 partial results
+    part_l_ptr,
     q_ptr,
     k_cache_ptr,
     v_cache_ptr,
@@ -57,13 +58,10 @@ def decode_segment_kernel(
     kv_head = tl.program_id(1)
     seg = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + req)
-    if (
-        seg * SEGMENT >= seq_len
-    ):  # this request's context has fewer segments: the merge never reads this one
+    # This request's context has fewer segments: the merge never reads this one.
+    if seg * SEGMENT >= seq_len:
         return
-    rows = tl.arange(
-        0, BLOCK_G
-    )  # [BLOCK_G] the group's query heads, padded to tl.dot's 16 rows
+    rows = tl.arange(0, BLOCK_G)  # [BLOCK_G] the group's query heads, padded to tl.dot's 16
     row_ok = rows < GROUP
     heads = kv_head * GROUP + rows
     dims = tl.arange(0, BLOCK_D)
@@ -77,9 +75,8 @@ def decode_segment_kernel(
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    seg_end = tl.minimum(
-        seq_len, (seg + 1) * SEGMENT
-    )  # a decode sees its whole context: no causal mask
+    # A decode sees its whole context: no causal mask.
+    seg_end = tl.minimum(seq_len, (seg + 1) * SEGMENT)
     for start in range(seg * SEGMENT, seg_end, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
         key_ok = keys < seg_end
@@ -157,9 +154,8 @@ def merge_segments_kernel(
         other=0.0,
     )
     m = tl.max(m_s, axis=0)
-    w = tl.where(
-        seg_ok, l_s * tl.exp(m_s - m), 0.0
-    )  # each segment's sum, measured from the common max
+    # each segment's sum, measured from the common max
+    w = tl.where(seg_ok, l_s * tl.exp(m_s - m), 0.0)  # [BLOCK_S]
     o = tl.sum(w[:, None] * o_s, axis=0) / tl.sum(w, axis=0)  # [BLOCK_D]
     tl.store(
         out_ptr + req * stride_ob + head * stride_oh + dims,
@@ -178,10 +174,9 @@ def split_decode_attention(
     scale: float,
     segment: int = SEGMENT,
 ) -> torch.Tensor:
-    """q [B, H, hd], one new token per request, the last of its context; caches, block_tables
-    [B, max_blocks] and
-    seq_lens [B] as for triton_paged_attention. segment: keys per program, a multiple of
-    BLOCK_N. out [B, H, hd]."""
+    """q [B, H, hd], one new token per request, the last of its context; caches,
+    block_tables [B, max_blocks] and seq_lens [B] as for triton_paged_attention.
+    segment: keys per program, a multiple of BLOCK_N. out [B, H, hd]."""
     if segment < BLOCK_N or segment % BLOCK_N:
         raise ValueError(f"segment is {segment!r}: expected a multiple of {BLOCK_N}")
     q = q.contiguous()

@@ -25,24 +25,28 @@ BLOCK_N = 32  # keys per step of a program's loop
 
 @triton.jit
 def paged_attention_kernel(
+    # out, q [N, H, hd]; caches [num_blocks, BLOCK_SIZE, KV, hd]
     out_ptr,
     q_ptr,
     k_cache_ptr,
-    v_cache_ptr,  # out, q [N, H, hd]; caches [num_blocks, BLOCK_SIZE, KV, hd]
+    v_cache_ptr,
+    # block tables [B, max_blocks], seq_lens [B], query_start_loc [B+1], all int64
     block_tables_ptr,
     seq_lens_ptr,
-    query_start_loc_ptr,  # [B, max_blocks], [B], [B+1] int64
+    query_start_loc_ptr,
     scale,
+    # a token's and a head's stride in q and in out
     stride_qt,
     stride_qh,
     stride_ot,
-    stride_oh,  # a token's and a head's stride in q and out
+    stride_oh,
+    # block, offset and head strides of the caches
     stride_kb,
     stride_ks,
     stride_kh,
     stride_vb,
     stride_vs,
-    stride_vh,  # block, offset, head strides of the caches
+    stride_vh,
     stride_bt,  # one block table row
     GROUP: tl.constexpr,  # query heads per KV head (H // KV)
     HEAD_DIM: tl.constexpr,
@@ -58,14 +62,11 @@ def paged_attention_kernel(
 
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start  # this request's new tokens
-    if (
-        tile * BLOCK_Q >= q_len
-    ):  # the grid is sized for the longest request: shorter ones have nothing here
+    # The grid is sized for the longest request: shorter ones have nothing here.
+    if tile * BLOCK_Q >= q_len:
         return
     seq_len = tl.load(seq_lens_ptr + req)
-    rows = tile * BLOCK_Q + tl.arange(
-        0, BLOCK_Q
-    )  # [BLOCK_Q] new-token index within the request
+    rows = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)  # [BLOCK_Q] new-token index in the request
     row_ok = rows < q_len
     q_pos = seq_len - q_len + rows  # [BLOCK_Q] their positions: the new tokens end the context
     dims = tl.arange(0, BLOCK_D)
@@ -100,14 +101,11 @@ def paged_attention_kernel(
             + kv_head * stride_vh
         )
         kv_mask = key_ok[:, None] & dim_ok[None, :]
-        k = tl.load(
-            k_rows + dims[None, :], mask=kv_mask, other=0.0
-        )  # [BLOCK_N, BLOCK_D], gathered
+        k = tl.load(k_rows + dims[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
         v = tl.load(v_rows + dims[None, :], mask=kv_mask, other=0.0)
 
-        s = (
-            tl.dot(q, tl.trans(k), input_precision="ieee") * scale
-        )  # [BLOCK_Q, BLOCK_N]; ieee: no TF32 on GPU
+        # ieee: full fp32 products, without the GPU's TF32 shortcut
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # [BLOCK_Q, BLOCK_N]
         visible = (keys[None, :] <= q_pos[:, None]) & key_ok[None, :]  # end-aligned causal mask
         s = tl.where(visible, s, float("-inf"))
         # Key 0 is visible to every row, so from the first tile on each row's max is finite: no
@@ -134,10 +132,9 @@ def triton_paged_attention(
     max_query_len: int,
     scale: float,
 ) -> torch.Tensor:
-    """Launch the kernel: q [N, H, hd], caches [num_blocks, block_size, KV, hd], block_tables
-    [B, max_blocks],
-    seq_lens [B], query_start_loc [B+1] (int64, on q's device, already checked by the caller);
-    out [N, H, hd].
+    """Launch the kernel: q [N, H, hd], caches [num_blocks, block_size, KV, hd],
+    block_tables [B, max_blocks], seq_lens [B], query_start_loc [B+1] (int64, on q's device,
+    already checked by the caller); out [N, H, hd].
 
     max_query_len (host int, the longest request's new tokens) sizes the grid's query-tile axis.
     """
