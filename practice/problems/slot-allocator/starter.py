@@ -56,5 +56,5 @@ class SlotKVCache:
     def used_tokens(self) -> int:
         raise NotImplementedError("SlotKVCache.used_tokens")
 
-    def reserved_tokens(self) -> int:
-        raise NotImplementedError("SlotKVCache.reserved_tokens")
+    def claimed_tokens(self) -> int:
+        raise NotImplementedError("SlotKVCache.claimed_tokens")

@@ -210,17 +210,18 @@ def test_unknown_requests_raise_value_error_naming_them(learner, method):
     )
 
 
-def test_reserved_tokens_dwarf_used_tokens(learner):
-    """used = tokens stored by requests holding a slot; reserved = max_ctx per slot in use."""
+def test_claimed_tokens_dwarf_used_tokens(learner):
+    """used = tokens stored by requests holding a slot; claimed = max_ctx per slot a request
+    holds, free slots not counted."""
     cache = learner.SlotKVCache(4, 100, 1, 2)
     for r, n in [("a", 10), ("b", 30), ("c", 5)]:
         cache.allocate_slot(r)
         cache.append(r, *kv(n, 1))
     cache.free_slot("c")
     check_equal(
-        [cache.used_tokens(), cache.reserved_tokens()],
+        [cache.used_tokens(), cache.claimed_tokens()],
         [40, 200],
-        "[used_tokens(), reserved_tokens()] with a: 10 and b: 30 tokens in slots of 100",
+        "[used_tokens(), claimed_tokens()] with a: 10 and b: 30 tokens in slots of 100",
     )
 
 
@@ -279,9 +280,9 @@ def test_random_workload_follows_the_rules(learner, seed):
             cache.free_slot(rid)
             del slots[rid], history[rid]
         check_equal(
-            [cache.used_tokens(), cache.reserved_tokens()],
+            [cache.used_tokens(), cache.claimed_tokens()],
             [sum(len(h) for h in history.values()), len(slots) * max_ctx],
-            f"{what}: [used, reserved] tokens",
+            f"{what}: [used, claimed] tokens",
         )
 
 

@@ -1,6 +1,6 @@
 """Wrong: still counts the tokens of freed requests as used.
 
-Caught by: test_reserved_tokens_dwarf_used_tokens.
+Caught by: test_claimed_tokens_dwarf_used_tokens.
 """
 
 import torch
@@ -95,5 +95,5 @@ class SlotKVCache:
     def used_tokens(self) -> int:
         return sum(self.lengths)
 
-    def reserved_tokens(self) -> int:
+    def claimed_tokens(self) -> int:
         return len(self.request_to_slot) * self.max_ctx

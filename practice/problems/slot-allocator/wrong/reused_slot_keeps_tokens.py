@@ -91,5 +91,5 @@ class SlotKVCache:
     def used_tokens(self) -> int:
         return sum(self.lengths[s] for s in self.request_to_slot.values())
 
-    def reserved_tokens(self) -> int:
+    def claimed_tokens(self) -> int:
         return len(self.request_to_slot) * self.max_ctx

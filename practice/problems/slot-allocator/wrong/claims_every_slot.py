@@ -1,6 +1,6 @@
-"""Wrong: counts max_ctx for every slot, used or not, as reserved.
+"""Wrong: counts max_ctx for every slot, held or free, as claimed.
 
-Caught by: test_reserved_tokens_dwarf_used_tokens.
+Caught by: test_claimed_tokens_dwarf_used_tokens.
 """
 
 import torch
@@ -95,5 +95,5 @@ class SlotKVCache:
     def used_tokens(self) -> int:
         return sum(self.lengths[s] for s in self.request_to_slot.values())
 
-    def reserved_tokens(self) -> int:
+    def claimed_tokens(self) -> int:
         return len(self.owner) * self.max_ctx
