@@ -342,3 +342,33 @@ def test_mixed_batch_on_cuda_equals_cpu_reference(small_model, ckpt):
     ]
     rows = run_two_steps(gpu_model, 4, requests, [2, 0, 1], seed=3)
     assert worst_error(rows, requests, lambda ids: small_model(torch.tensor([ids]))[0]) < TOL
+
+
+# --- chapter 5's mask figure
+#   ------------------------------------------------------------------------------
+
+
+def test_read_mask_is_block_diagonal_and_end_aligned():
+    from minillm.notebook.mask_figure import read_mask
+
+    # the chapter's example: a prefill of 7, a decode after 5, 12 new tokens after 10 cached
+    batch = build_batch(
+        [
+            (list(range(7)), 0, [5, 2], True),
+            ([9], 5, [7, 0], True),
+            (list(range(12)), 10, [4, 11, 1, 8, 3, 6], True),
+        ],
+        4,
+    )
+    mask = read_mask(batch)  # [20, 7 + 6 + 22]
+    assert mask.shape == (20, 35)
+    key_start = [0, 7, 13]
+    for i, p in enumerate(batch.positions.tolist()):
+        r = next(r for r in range(3) if batch.query_start_loc[r + 1] > i)
+        row = mask[i]
+        # only request r's keys, and exactly its positions 0..p
+        assert (row > 0).nonzero().flatten().tolist() == list(
+            range(key_start[r], key_start[r] + p + 1)
+        )
+        assert set(row[row > 0].tolist()) == {r + 1}
+    assert int((mask > 0).sum()) == 232
