@@ -421,9 +421,8 @@ class LLMEngine:
         """Schedule, run one forward over every planned chunk, sample, and record the new
         tokens."""
         if self.spec is not None:
-            self.spec.propose(
-                self.scheduler
-            )  # proposals for running decodes, which the plan then verifies
+            # chapter 9: proposals for running decodes, which the plan then verifies
+            self.spec.propose(self.scheduler)
         plan = self.scheduler.schedule()
         if self.record_plans:
             self.plans.append(plan)
@@ -433,59 +432,43 @@ class LLMEngine:
         items, rows = [], []
         for c in plan.chunks:
             seq = seqs[c.request_id]
-            end = (
-                c.num_computed + c.num_new - len(c.spec_token_ids)
-            )  # a verify's proposals are not in seq yet
-            # prompt logprobs need every row of a prefill chunk (each predicts the next prompt
-            # token)
+            # a verify's proposals are not in seq yet
+            end = c.num_computed + c.num_new - len(c.spec_token_ids)
+            # chapter 8: prompt logprobs need every row of a prefill chunk (each predicts the
+            # next prompt token)
             n_rows = (
                 c.num_new
                 if seq.params.prompt_logprobs is not None and c.kind == "prefill"
                 else c.num_logits
             )
-            items.append(
-                (
-                    seq.tokens(c.num_computed, end) + list(c.spec_token_ids),
-                    c.num_computed,
-                    seq.block_table,
-                    n_rows,
-                )
-            )
+            ids = seq.tokens(c.num_computed, end) + list(c.spec_token_ids)
+            items.append((ids, c.num_computed, seq.block_table, n_rows))
             rows.append(n_rows)
         batch = build_batch(items, self.block_size)
-        logits = self.runner.forward(
-            batch
-        )  # [M, V]: one row per chunk that needs a token (k+1 for a verify)
+        # [M, V]: one row per chunk that needs a token (k+1 for a verify)
+        logits = self.runner.forward(batch)
         if any(r != c.num_logits for r, c in zip(rows, plan.chunks)):
-            logits = self._take_prompt_logprobs(
-                plan.chunks, rows, seqs, logits
-            )  # only the sampling rows stay
+            # chapter 8: prompt logprobs recorded; only the sampling rows stay
+            logits = self._take_prompt_logprobs(plan.chunks, rows, seqs, logits)
         # chapter 12: forbidden tokens of constrained rows to -inf, before any sampling step
         logits = constrain_logits(logits, plan.chunks, seqs)
         sampling = [seqs[c.request_id] for c in plan.chunks if c.need_logits]
         if self.spec is None:
             params = [s.params for s in sampling]
-            tokens = sample(
-                logits,
-                params,
-                [s.seed for s in sampling],
-                [len(s.output_ids) for s in sampling],
-                [(s.prompt_ids, s.output_ids) for s in sampling],
-            )
+            seeds, steps = [s.seed for s in sampling], [len(s.output_ids) for s in sampling]
+            histories = [(s.prompt_ids, s.output_ids) for s in sampling]  # for penalties only
+            tokens = sample(logits, params, seeds, steps, histories)
             sampled = {s.request_id: t for s, t in zip(sampling, tokens)}
             want = [i for i, sp in enumerate(params) if sp.logprobs is not None]
-            if (
-                want
-            ):  # the raw logits' logprobs (vLLM's default), before penalties or temperature
+            # chapter 8: logprobs of the raw logits (vLLM's default), before any penalty
+            if want:
                 lps = token_logprobs(
                     logits[want], [tokens[i] for i in want], [params[i].logprobs for i in want]
                 )
                 for i, lp in zip(want, lps):
                     sampling[i].logprobs.append(lp)
-        else:
-            sampled = self.spec.sample(
-                logits, plan.chunks, seqs
-            )  # an int per request, a list per verify
+        else:  # chapter 9: an int per request, a list per verify
+            sampled = self.spec.sample(logits, plan.chunks, seqs)
         before = {s.request_id: len(s.output_ids) for s in sampling}
         finished = self.scheduler.update(plan, sampled)
         count_step(self.spec_stats, self.request_spec_stats, plan, sampling, before, sampled)
@@ -497,16 +480,14 @@ class LLMEngine:
         now = time.perf_counter()
         events = []
         for s in sampling:
-            new = s.output_ids[
-                before[s.request_id] :
-            ]  # what update kept (a stop inside a verified run ends it)
+            # what update kept (a stop inside a verified run ends it)
+            new = s.output_ids[before[s.request_id] :]
             self.timings[s.request_id].token_times.extend([now] * len(new))
             lp = s.logprobs[-1] if s.params.logprobs is not None and new else None
             events += [TokenEvent(s.request_id, t, logprobs=lp) for t in new]
             if new and before[s.request_id] == 0 and s.params.prompt_logprobs is not None:
-                events[
-                    -len(new)
-                ].prompt_logprobs = s.prompt_logprobs  # with the request's first token
+                # chapter 8: prompt logprobs ride on the request's first token
+                events[-len(new)].prompt_logprobs = s.prompt_logprobs
         done = {s.request_id: self._output(s) for s in finished}
         for ev in reversed(events):  # a finished request's Output rides on its last token
             if ev.request_id in done:

@@ -215,22 +215,17 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_tokens - seq.num_computed, budget)
-            spec = (
-                seq.spec_token_ids[: budget - 1]
-                if seq.num_tokens - seq.num_computed == 1
-                else []
-            )
-            n += len(
-                spec
-            )  # a verify: the last token and the proposals, k + 1 tokens of the budget
+            left = seq.num_tokens - seq.num_computed  # tokens not in the cache yet
+            n = min(left, budget)
+            # chapter 9: a decode may carry proposals; a verify takes k + 1 tokens of the budget
+            spec = seq.spec_token_ids[: budget - 1] if left == 1 else []
+            n += len(spec)
             while not self._reserve(seq, seq.num_computed + n):
                 if spec:  # short of blocks: drop the proposals before preempting anyone
                     spec, n = [], 1
                     continue
-                victim = (
-                    self.running.pop()
-                )  # the newest; never one already planned, since those sit before i
+                # the newest; never one already planned, since those sit before i
+                victim = self.running.pop()
                 self._preempt(victim)
                 preempted.append(victim.request_id)
                 if victim is seq:
