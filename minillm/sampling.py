@@ -285,25 +285,44 @@ def sample(
     )
     if any(params[i].min_p > 0 for i in rows):
         scaled = apply_min_p(scaled, [params[i].min_p for i in rows])
-    scaled = apply_top_k_top_p(
-        scaled, [params[i].top_k for i in rows], [params[i].top_p for i in rows]
-    )
+    # The filter sorts each row's whole vocabulary, so only rows that set top-k or top-p go
+    # through it; on the others it would change nothing (vLLM's apply_top_k_top_p, in
+    # vllm/v1/sample/ops/topk_topp_sampler.py at 01fa3fe, returns the logits when given no k and
+    # no p). It works row by row, so every row gets the same tokens either way.
+    filtered = [j for j, i in enumerate(rows) if uses_top_k_top_p(params[i])]
+    if filtered:
+        scaled[filtered] = apply_top_k_top_p(
+            scaled[filtered],
+            [params[rows[j]].top_k for j in filtered],
+            [params[rows[j]].top_p for j in filtered],
+        )
     probs = scaled.softmax(
         dim=-1
     ).cpu()  # [m, V]; drawing on the CPU gives the same tokens on every device
-    cdf = probs.cumsum(dim=-1)
-    for j, i in enumerate(rows):
-        gen = torch.Generator().manual_seed(step_seed(seeds[i], steps[i]))
-        u = (
-            torch.rand((), generator=gen) * cdf[j, -1]
-        )  # scale by the total: cumsum may end a hair below 1
-        token = int(torch.searchsorted(cdf[j], u, right=True).clamp(max=cdf.shape[1] - 1))
+    cdf = probs.cumsum(dim=-1)  # [m, V]
+    # one generator per row (its seed and step), then one search for every row
+    u = torch.stack(
+        [
+            torch.rand(
+                (), generator=torch.Generator().manual_seed(step_seed(seeds[i], steps[i]))
+            )
+            for i in rows
+        ]
+    )  # [m]
+    u = u * cdf[:, -1]  # scale by the total: cumsum may end a hair below 1
+    drawn = torch.searchsorted(cdf, u[:, None], right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
+    for j, (i, token) in enumerate(zip(rows, drawn.tolist())):
         while (
             probs[j, token] == 0
         ):  # u can only land on a zero-probability token at a float tie: step back
             token -= 1
         tokens[i] = token
     return tokens
+
+
+def uses_top_k_top_p(sp: SamplingParams) -> bool:
+    """Whether top-k or top-p removes anything from a row (k = 0 and p = 1 keep every token)."""
+    return sp.top_k > 0 or sp.top_p < 1.0
 
 
 def check_logits(logits: torch.Tensor) -> None:

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minillm import sampling
 from minillm.sampling import SamplingParams, apply_top_k_top_p, sample
 
 
@@ -262,3 +263,26 @@ def test_different_steps_draw_different_tokens():
     sp = SamplingParams(temperature=1.0)
     drawn = [sample(logits, [sp], [3], [step])[0] for step in range(20)]
     assert len(set(drawn)) >= 15
+
+
+@pytest.mark.parametrize("min_p", [0.0, 0.05])
+def test_rows_without_top_k_or_top_p_skip_the_filter_and_draw_the_same_tokens(
+    min_p, monkeypatch
+):
+    """k = 0, p = 1 keep every token, so skipping the sort must not change a single draw."""
+    logits = torch.randn(6, 151_936, generator=torch.Generator().manual_seed(5)) * 3
+    params = [
+        SamplingParams(temperature=t, min_p=min_p) for t in (0.7, 1.0, 0.3, 1.5, 0.7, 2.0)
+    ]
+    params[2] = SamplingParams(temperature=0.7, top_k=20)  # one row that does filter
+    seeds, steps = list(range(6)), [3, 0, 9, 1, 4, 2]
+    seen = []
+    real = sampling.apply_top_k_top_p
+    monkeypatch.setattr(
+        sampling, "apply_top_k_top_p", lambda x, k, p: seen.append(len(x)) or real(x, k, p)
+    )
+    fast = sample(logits, params, seeds, steps)
+    assert seen == [1], "only the top_k row goes through the filter"
+    monkeypatch.setattr(sampling, "uses_top_k_top_p", lambda sp: True)  # every row filtered
+    assert sample(logits, params, seeds, steps) == fast
+    assert seen == [1, 6]
