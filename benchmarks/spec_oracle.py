@@ -33,19 +33,28 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3, help="pairs of runs per row")
     p.add_argument("--save", default=None)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model = Transformer.from_pretrained(bench_model_path())
     before, t = load_average(), time.perf_counter()
-    rows = sweep(model, ALPHAS, KS, (1, 8), max_tokens=args.max_tokens, draft_k=4)
+    rows = sweep(
+        model, ALPHAS, KS, (1, 8), max_tokens=args.max_tokens, draft_k=4, repeats=args.repeats
+    )
     print_rows(rows)
     after = load_average()
     print(f"{time.perf_counter() - t:.0f} s; load average {before} before, {after} after")
     if args.save:
         saved = dict(
             machine=dict(machine(), load_average_before=before, load_average_after=after),
-            workload=dict(max_tokens=args.max_tokens, alphas=ALPHAS, ks=KS, batch_sizes=[1, 8]),
+            workload=dict(
+                max_tokens=args.max_tokens,
+                alphas=ALPHAS,
+                ks=KS,
+                batch_sizes=[1, 8],
+                repeats=args.repeats,
+            ),
             rows=rows,
         )
         Path(args.save).write_text(json.dumps(saved, indent=2) + "\n")

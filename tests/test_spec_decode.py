@@ -433,6 +433,9 @@ def test_bench_speculative_quick_run_saves_what_chapter_9_prints(tmp_path, capsy
         )  # the forwards are part of the wall time, not all of it
         assert r["forward_ms"] and all(ms > 0 for ms in r["forward_ms"].values())
     plain_1, spec_1 = saved["rows"][:2]
+    for r in saved["rows"]:  # every pass's seconds, the row's (the median) among them
+        assert len(r["pass_seconds"]) == saved["workload"]["repeats"]
+        assert r["seconds"] in r["pass_seconds"]
     assert plain_1["forwards_per_token"] == 1.0 and spec_1["forwards_per_token"] < 1.0
     assert any(
         int(n) > 1 for n in spec_1["forward_ms"] if int(n) <= 8

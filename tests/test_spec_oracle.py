@@ -141,3 +141,13 @@ def test_the_sweep_saves_the_formula_and_each_runs_forwards(model, capsys):
     out = capsys.readouterr().out
     assert " 0.83 |" in out  # tokens/E: 2.5 / 3
     assert "batch 1: the 1 paired plain runs took" in out
+
+
+def test_the_sweep_keeps_every_pairs_speedup_and_one_cost(model):
+    from minillm.bench.spec_sweep import sweep
+
+    (r,) = sweep(model, alphas=(1.0,), ks=(2,), batch_sizes=(1,), max_tokens=6, repeats=3)
+    assert len(r["speedups"]) == len(r["forward_speedups"]) == len(r["all_plain_seconds"]) == 3
+    assert r["speedup"] == sorted(r["speedups"])[1]  # the median pair's
+    assert r["plain_seconds"] / r["seconds"] == pytest.approx(r["speedup"])
+    assert r["cost_ratio"] > 0 and r["tokens_per_verify"] == 2.5  # the same counts every pair

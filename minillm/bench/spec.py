@@ -42,7 +42,7 @@ from minillm.model import Transformer
 from minillm.paged import num_blocks_for
 from minillm.sampling import SamplingParams
 
-FULL_RUN = dict(rounds=4, max_tokens=32, k=4, draft_layers=2, repeats=3)
+FULL_RUN = dict(rounds=4, max_tokens=32, k=4, draft_layers=2, repeats=5)
 QUICK_RUN = dict(rounds=1, max_tokens=12, k=3, draft_layers=1, repeats=1)
 CONCURRENCY = (1, 8)
 
@@ -257,7 +257,10 @@ def main(argv=None) -> int:
                 passes[name].append(run(model, prompts, args.max_tokens, c, s))
         for name, _ in runs:
             ranked = sorted(passes[name], key=lambda p: p["seconds"])
-            rows.append(dict(ranked[len(ranked) // 2], concurrency=c, name=name))  # the median
+            every = [p["seconds"] for p in passes[name]]  # in pass order, for the scatter
+            rows.append(  # the median pass, and every pass's seconds
+                dict(ranked[len(ranked) // 2], concurrency=c, name=name, pass_seconds=every)
+            )
         same &= rows[-1]["tokens"] == rows[-2]["tokens"]
     print_table(rows)
     print_forward_counts(rows)

@@ -4,14 +4,15 @@ alpha and k, against the speedup the expected-tokens formula predicts.
     rows = sweep(model, alphas=(0.0, 0.8, 1.0), ks=(2, 4), batch_sizes=(1, 8), max_tokens=12)
 
 For each batch size B, B prompts run greedily without speculation first (their outputs are the
-oracle's continuations); then once per (alpha, k) with spec_decode/oracle.py's OracleProposer,
-which proposes those continuations for free, each token corrupted with probability 1 - alpha.
-Every run must give the plain run's tokens, or the sweep fails. Each speculative run is timed
-against a plain run made just before it, so that a machine whose load drifts during the sweep
-still compares like with like. The predicted speedup is expected_tokens(alpha, k) / cost_ratio,
-where cost_ratio is the median target forward with k + 1 query tokens per request (in the run
-at the highest alpha, whose verifies are full) over the median decode (B query tokens, in the
-plain run just before it).
+oracle's continuations); then `repeats` times per (alpha, k) with spec_decode/oracle.py's
+OracleProposer, which proposes those continuations for free, each token corrupted with
+probability 1 - alpha. Every run must give the plain run's tokens, or the sweep fails. Each
+speculative run is timed against a plain run made just before it, so that a machine whose load
+drifts during the sweep still compares like with like; a row's speedup is the median pair's, and
+it keeps every pair's. The predicted speedup is expected_tokens(alpha, k) / cost_ratio, where
+cost_ratio is the median target forward with k + 1 query tokens per request (in the runs at the
+highest alpha, whose verifies are full) over the median decode (B query tokens, in the plain run
+just before each), the median over the pairs.
 """
 
 from __future__ import annotations
@@ -43,48 +44,68 @@ def sweep(
     max_tokens: int = 12,
     seed: int = 0,
     draft_k: int | None = None,
+    repeats: int = 1,
 ) -> list[dict]:
     """One row per (batch size, alpha, k): measured and predicted speedups over plain decoding.
 
     draft_k: also time the target as its own draft at this k (every proposal accepted, like
     the oracle at alpha = 1, but each proposal costs a target forward): a row with alpha None.
+    repeats: pairs of runs (plain, then speculative) per row; the row keeps every pair's
+    speedup and the median pair's counts and forwards (the oracle's seed is the same in every
+    pair, so are its counts).
     """
     vocab_size = model.cfg.vocab_size
     run(model, prompts_for(2, vocab_size, seed + 99), 4, 2, None)  # warm-up: kernel choice
+
+    def pairs(prompts, b, spec, make_proposer, plain_tokens, what):
+        out = []
+        for _ in range(repeats):
+            before = run(model, prompts, max_tokens, b, None)
+            r = run(model, prompts, max_tokens, b, spec, proposer=make_proposer())
+            if r["tokens"] != plain_tokens:
+                raise AssertionError(f"{what}, batch {b}: tokens differ")
+            out.append((before, r))
+        return out
+
     rows = []
     for b in batch_sizes:
         prompts = prompts_for(b, vocab_size, seed + b)
         plain = run(model, prompts, max_tokens, b, None)
         continuations = {tuple(p): t for p, t in zip(prompts, plain["tokens"])}
-        decode_ms = median_forward_ms(
-            plain, b
-        )  # for the draft's row, and until c(k) is measured
         spec = {"method": "ngram", "num_speculative_tokens": 1}  # its proposer is replaced
         for k in ks:
             spec = dict(spec, num_speculative_tokens=k)
-            verify_ms = None
+            cost = None
             for alpha in sorted(alphas, reverse=True):  # alpha = 1 first: its verifies are full
-                oracle = OracleProposer(continuations, alpha, seed=seed + k)
-                before = run(model, prompts, max_tokens, b, None)
-                r = run(model, prompts, max_tokens, b, spec, proposer=oracle)
-                if r["tokens"] != plain["tokens"]:
-                    raise AssertionError(f"alpha {alpha}, k {k}, batch {b}: tokens differ")
-                if verify_ms is None:  # the first (highest) alpha: c(k) from adjacent runs
-                    decode_ms = median_forward_ms(before, b)
-                    verify_ms = median_forward_ms(r, b * (k + 1))
-                rows.append(row(b, alpha, k, before, r, decode_ms, verify_ms))
+                runs = pairs(
+                    prompts,
+                    b,
+                    spec,
+                    lambda a=alpha, k=k, c=continuations: OracleProposer(c, a, seed=seed + k),
+                    plain["tokens"],
+                    f"alpha {alpha}, k {k}",
+                )
+                if cost is None:  # the first (highest) alpha: c(k) from each pair's runs
+                    cost = statistics.median(
+                        median_forward_ms(r, b * (k + 1)) / median_forward_ms(p, b)
+                        for p, r in runs
+                    )
+                rows.append(row(b, alpha, k, runs, cost))
         if draft_k is not None:
             spec = {"method": "draft_model", "num_speculative_tokens": draft_k, "model": model}
-            before = run(model, prompts, max_tokens, b, None)
-            r = run(model, prompts, max_tokens, b, spec)
-            if r["tokens"] != plain["tokens"]:
-                raise AssertionError(f"the target as its own draft, batch {b}: tokens differ")
-            rows.append(row(b, None, draft_k, before, r, decode_ms, None))
+            runs = pairs(prompts, b, spec, lambda: None, plain["tokens"], "the target as draft")
+            rows.append(row(b, None, draft_k, runs, None))
     return rows
 
 
-def row(b, alpha, k, plain, r, decode_ms, verify_ms) -> dict:
-    cost = None if verify_ms is None else verify_ms / decode_ms
+def forward_seconds(r: dict) -> float:
+    return sum(v["seconds"] for v in r["forwards"].values())
+
+
+def row(b, alpha, k, runs, cost) -> dict:
+    """runs: [(plain, speculative)] pairs; cost: c(k), the verify over the decode, or None."""
+    speedups = [p["seconds"] / r["seconds"] for p, r in runs]
+    plain, r = sorted(runs, key=lambda pr: pr[0]["seconds"] / pr[1]["seconds"])[len(runs) // 2]
     predicted = None if cost is None or alpha is None else expected_tokens(alpha, k) / cost
     n_after = round(r["output_tokens"] / b) - 1  # each request's tokens after the prefill's
     return dict(
@@ -99,10 +120,14 @@ def row(b, alpha, k, plain, r, decode_ms, verify_ms) -> dict:
         forwards_per_token=r["forwards_per_token"],
         cost_ratio=cost,
         predicted_speedup=predicted,
-        speedup=plain["seconds"] / r["seconds"],
+        speedup=statistics.median(speedups),
+        speedups=speedups,  # every pair's, in run order
+        # every pair's target forwards alone: the time outside them (scheduling, sampling) out
+        forward_speedups=[forward_seconds(p) / forward_seconds(r) for p, r in runs],
         seconds=r["seconds"],
         plain_seconds=plain["seconds"],
-        # both runs' target forwards by kind (count, seconds) and median ms by query tokens
+        all_plain_seconds=[p["seconds"] for p, _ in runs],
+        # the median pair's target forwards by kind (count, seconds), median ms by query tokens
         forwards=r["forwards"],
         plain_forwards=plain["forwards"],
         draft_forwards=r["draft_forwards"],
@@ -126,7 +151,7 @@ def break_even_alpha(k: int, cost_ratio: float) -> float | None:
 def print_rows(rows: list[dict]) -> None:
     head = (
         f"{'batch':>5} | {'alpha':>5} | {'k':>2} | {'tokens/verify':>13} | {'tokens/E':>8} | "
-        f"{'verify/decode':>13} | {'predicted':>9} | {'measured':>8}"
+        f"{'verify/decode':>13} | {'predicted':>9} | measured (every pair)"
     )
     print(head + "\n" + "-" * len(head))
     for r in rows:
@@ -141,10 +166,10 @@ def print_rows(rows: list[dict]) -> None:
         print(
             f"{r['batch_size']:>5} | {alpha:>5} | {r['k']:>2} | "
             f"{r['tokens_per_verify']:>13.2f} | {te:>8} | {cost:>13} | {pred:>9} | "
-            f"{r['speedup']:>7.2f}x"
+            f"{r['speedup']:>7.2f}x ({min(r['speedups']):.2f} to {max(r['speedups']):.2f})"
         )
     for b in sorted({r["batch_size"] for r in rows}):
-        ps = [r["plain_seconds"] for r in rows if r["batch_size"] == b]
+        ps = [s for r in rows if r["batch_size"] == b for s in r["all_plain_seconds"]]
         print(
             f"batch {b}: the {len(ps)} paired plain runs took {min(ps):.2f} to {max(ps):.2f} s "
             f"(median {statistics.median(ps):.2f} s, spread {max(ps) / min(ps) - 1:.0%})"
