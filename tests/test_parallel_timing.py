@@ -115,3 +115,39 @@ def test_a_shard_without_peers_keeps_its_own_sums_and_repeats_its_logits():
 def test_a_shard_of_zero_ranks_is_refused_by_name(model_path):
     with pytest.raises(ValueError, match="shard_of"):
         decode_forward_times(model_path, batch=2, prompt_len=5, steps=1, shard_of=0)
+
+
+def test_every_shard_at_once_clocks_each_rank_steps(model_path):
+    from minillm.parallel.timing import concurrent_shard_forward_times
+
+    per_rank = concurrent_shard_forward_times(model_path, batch=2, prompt_len=5, steps=3)
+    assert len(per_rank) == 2
+    for times in per_rank:
+        assert len(times) == 3 and all(0 < forward < step for step, forward in times)
+
+
+def test_a_shard_past_rank_0_without_peers_still_gets_logits():
+    import torch
+
+    from minillm.parallel.timing import _NoPeers
+
+    x = torch.arange(6.0).view(2, 3)
+    assert torch.equal(_NoPeers(1, 2).gather_last_dim(x, 5), torch.cat([x, x], -1)[:, :5])
+
+
+def test_all_reduces_with_work_between_split_waiting_from_transfer():
+    from minillm.parallel.timing import all_reduce_between_times
+
+    for work in (None, (2, 8, 16)):
+        seqs = all_reduce_between_times(64, calls=4, work=work, repeats=2)
+        assert len(seqs) == 2
+        for ranks in seqs:
+            assert len(ranks) == 2 and all(w >= 0 and t > 0 for w, t in ranks)
+
+
+@pytest.mark.parametrize("work", [(2, 8), (2, 0, 16)])
+def test_work_between_all_reduces_is_refused_by_name(work):
+    from minillm.parallel.timing import all_reduce_between_times
+
+    with pytest.raises(ValueError, match="work"):
+        all_reduce_between_times(64, calls=2, work=work)

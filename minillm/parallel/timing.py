@@ -10,6 +10,10 @@ all-reduces, plus the cost of handing the step to the workers. `decode_step_spli
 step on every rank: the hand-over, each rank's forward, and its time inside the collectives.
 `decode_forward_times` clocks the forward inside each step of one process, of the whole model or
 of rank 0's shard run alone (its collectives no-ops), so the compute's share can be set apart.
+Two measurements then isolate why a TP=2 step on a small CPU costs more than those parts:
+`concurrent_shard_forward_times` runs every rank's shard at once with no communication (the
+compute's contention alone), and `all_reduce_between_times` puts a layer's share of compute
+between all-reduces (the collectives' cost when the ranks do not sit waiting in them).
 """
 
 from __future__ import annotations
@@ -22,21 +26,29 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
+import torch.nn.functional as F
 
 from minillm.checking import check_int
 from minillm.parallel.collectives import HOST
 from minillm.parallel.layers import TensorParallelGroup
-from minillm.parallel.workers import RankTimes
+from minillm.parallel.workers import RankTimes, _start_without_main
+
+STORE_TIMEOUT_S = 300  # spawned ranks import torch first: slow on a loaded machine
+
+
+def _join_group(rank: int, size: int, port: int) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    timeout = timedelta(seconds=STORE_TIMEOUT_S)
+    store = dist.TCPStore(HOST, port, size + 1, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
 
 
 def _time_rank(rank, size, port, sizes, repeats, conn) -> None:
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    store = dist.TCPStore(HOST, port, size + 1, is_master=False, timeout=timedelta(seconds=60))
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=size, timeout=timedelta(seconds=60)
-    )
+    _join_group(rank, size, port)
     per_size = {}
     for nbytes in sizes:
         x = torch.ones(max(1, nbytes // 4))  # float32
@@ -74,37 +86,39 @@ def all_reduce_times(sizes, world_size: int = 2, repeats: int = 20) -> dict[int,
     bad = [s for s in sizes if isinstance(s, bool) or not isinstance(s, int) or s < 4]
     if bad:
         raise ValueError(f"message size {bad[0]!r}: expected an int of at least 4 bytes")
+    port, store = _store(world_size)
+    procs, conns = _start_ranks(
+        _time_rank, [(r, world_size, port, list(sizes), repeats) for r in range(world_size)]
+    )
+    times = _join_all(procs, conns)[0]
+    del store  # the ranks met at it: kept until they answered
+    return times
+
+
+def _store(world_size: int):
+    """(port, the TCPStore every rank meets at); the caller keeps it until the ranks answer."""
     import torch.distributed as dist
 
     store = dist.TCPStore(
         HOST, 0, world_size + 1, is_master=True, wait_for_workers=False,
-        timeout=timedelta(seconds=60),
+        timeout=timedelta(seconds=STORE_TIMEOUT_S),
     )  # fmt: skip
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    return store.port, store
+
+
+def _start_ranks(target, per_rank: list[tuple]) -> tuple[list, list]:
+    """One process per entry of `per_rank`, running target(*args, conn); spawned, so that no
+    thread of this process (a kernel's, a gloo group's) is forked with a lock held."""
+    ctx = mp.get_context("spawn")
     procs, conns = [], []
-    try:
-        for rank in range(world_size):
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(
-                target=_time_rank,
-                args=(rank, world_size, store.port, list(sizes), repeats, theirs),
-                daemon=True,
-            )
-            p.start()
-            theirs.close()
-            procs.append(p)
-            conns.append(mine)
-        if not conns[0].poll(300):
-            raise TimeoutError("the gloo timing processes did not answer within 300 s")
-        return conns[0].recv()
-    finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-        for c in conns:
-            c.close()
+    for args in per_rank:
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(target=target, args=(*args, theirs), daemon=True)
+        _start_without_main(p)
+        theirs.close()
+        procs.append(p)
+        conns.append(mine)
+    return procs, conns
 
 
 def decode_step_times(
@@ -139,18 +153,23 @@ class StepSplit:
         step's collectives. A rank waits from entering a collective until the last rank enters
         it; what it spends inside after that is the transfer. Every rank calls the same
         collectives in the same order, and all ranks read one clock, so the calls line up."""
-        ranks = [self.calls] + [w.calls for w in self.workers]
-        if len({len(calls) for calls in ranks}) != 1:
-            raise ValueError(f"the ranks made {[len(c) for c in ranks]} collective calls")
-        totals = [[0.0, 0.0] for _ in ranks]
-        for meeting in zip(*ranks):  # one collective: (entered, left) on each rank
-            last_in = max(entered for entered, _ in meeting)
-            for total, (entered, left) in zip(totals, meeting):
-                # capped by the call: a gather's sender may leave before the last rank arrives
-                wait = min(left - entered, max(0.0, last_in - entered))
-                total[0] += wait
-                total[1] += left - entered - wait
-        return [(w, t) for w, t in totals]
+        return waiting_and_transfer([self.calls] + [w.calls for w in self.workers])
+
+
+def waiting_and_transfer(ranks: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """(waiting, in the transfer) seconds of each rank, summed over the collectives: `ranks[i]`
+    is rank i's (entered, left) of each call, on the clock every process shares."""
+    if len({len(calls) for calls in ranks}) != 1:
+        raise ValueError(f"the ranks made {[len(c) for c in ranks]} collective calls")
+    totals = [[0.0, 0.0] for _ in ranks]
+    for meeting in zip(*ranks):  # one collective: (entered, left) on each rank
+        last_in = max(entered for entered, _ in meeting)
+        for total, (entered, left) in zip(totals, meeting):
+            # capped by the call: a gather's sender may leave before the last rank arrives
+            wait = min(left - entered, max(0.0, last_in - entered))
+            total[0] += wait
+            total[1] += left - entered - wait
+    return [(w, t) for w, t in totals]
 
 
 def decode_step_split(
@@ -206,6 +225,10 @@ class _NoPeers(TensorParallelGroup):
     def gather_to_first(self, x: torch.Tensor) -> list[torch.Tensor]:
         return [x] * self.size
 
+    def gather_last_dim(self, x: torch.Tensor, total: int) -> torch.Tensor:
+        out = super().gather_last_dim(x, total)  # None past rank 0: every rank here samples
+        return torch.cat([x] * self.size, dim=-1)[..., :total] if out is None else out
+
 
 def decode_forward_times(
     path, batch: int, prompt_len: int, steps: int, shard_of: int = 1
@@ -214,18 +237,22 @@ def decode_forward_times(
     `decode_step_times`; forward is `ModelRunner.forward` (preparing the batch, the model).
     With `shard_of` N > 1 the model is rank 0's 1/N shard and its collectives do nothing
     (`_NoPeers`): what one rank's share of the forward costs when it runs alone."""
+    check_int("shard_of", shard_of, min=1)
+    return _forward_times(path, batch, prompt_len, steps, 0, shard_of)
+
+
+def _forward_times(path, batch, prompt_len, steps, rank, size, before=None):
     from minillm.engine import LLMEngine
     from minillm.model import Transformer
     from minillm.sampling import SamplingParams
 
-    check_int("shard_of", shard_of, min=1)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
     greedy = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
     prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(prompt_len)] for r in range(batch)]
     times = []
     try:
-        tp = _NoPeers(0, shard_of) if shard_of > 1 else None
+        tp = _NoPeers(rank, size) if size > 1 else None
         with LLMEngine(
             Transformer.from_pretrained(path, tp=tp), max_num_seqs=batch,
             max_num_batched_tokens=batch * prompt_len, block_size=16,
@@ -243,6 +270,8 @@ def decode_forward_times(
             for p in prompts:
                 engine.add_request(p, greedy)
             engine.step()  # the prefills
+            if before is not None:
+                before()  # e.g. a barrier: every rank's decode steps run at the same time
             while engine.has_unfinished():
                 start = time.perf_counter()
                 engine.step()
@@ -250,3 +279,95 @@ def decode_forward_times(
     finally:
         torch.set_num_threads(threads)
     return times
+
+
+def _shard_rank(path, rank, size, batch, prompt_len, steps, barrier, conn) -> None:
+    conn.send(_forward_times(path, batch, prompt_len, steps, rank, size, barrier.wait))
+    conn.close()
+
+
+def _join_all(procs, conns, timeout_s: float = 300.0) -> list:
+    try:
+        for c in conns:
+            if not c.poll(timeout_s):
+                raise TimeoutError(f"the timing processes did not answer within {timeout_s} s")
+        return [c.recv() for c in conns]
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        for c in conns:
+            c.close()
+
+
+def concurrent_shard_forward_times(
+    path, batch: int, prompt_len: int, steps: int, size: int = 2
+) -> list[list[tuple[float, float]]]:
+    """`decode_forward_times` of every rank's 1/size shard at once, one process per rank, with
+    the same threads each and the collectives doing nothing: rank r's (step, forward) seconds of
+    each decode step. A TP=size run without its communication, so what is left is the ranks'
+    compute sharing the machine."""
+    check_int("size", size, min=2)
+    barrier = mp.get_context("spawn").Barrier(size)
+    procs, conns = _start_ranks(
+        _shard_rank,
+        [(str(path), r, size, batch, prompt_len, steps, barrier) for r in range(size)],
+    )
+    return _join_all(procs, conns)
+
+
+def _between_rank(rank, size, port, nbytes, calls, work, repeats, conn) -> None:
+    import torch.distributed as dist
+
+    _join_group(rank, size, port)
+    x = torch.ones(max(1, nbytes // 4))  # float32
+    tokens, inp, out = work or (1, 1, 1)
+    h, w = torch.randn(tokens, inp), torch.randn(out, inp)
+    sequences = []
+    for i in range(repeats + 1):  # the first sequence sets up connections and buffers
+        dist.barrier()  # once per sequence, not per call: inside it the ranks run freely
+        seq = []
+        for _ in range(calls):
+            if work is not None:
+                F.linear(h, w)  # [tokens, out]: this rank's compute before the next meeting
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            seq.append((start, time.perf_counter()))
+        if i:
+            sequences.append(seq)
+    conn.send(sequences)
+    dist.destroy_process_group()
+    conn.close()
+
+
+def all_reduce_between_times(
+    nbytes: int,
+    calls: int,
+    work: tuple[int, int, int] | None,
+    repeats: int = 10,
+    world_size: int = 2,
+) -> list[list[tuple[float, float]]]:
+    """`repeats` sequences of `calls` gloo all-reduces of `nbytes` (float32) with no barrier
+    between the calls; with `work` = (tokens, in, out), each rank multiplies [tokens, in] by a
+    weight [out, in] before each call, as a forward computes between its all-reduces. Returns
+    each sequence's `waiting_and_transfer` per rank: (waiting, in the transfer) seconds summed
+    over its calls."""
+    check_int("calls", calls, min=1)
+    check_int("repeats", repeats, min=1)
+    check_int("world_size", world_size, min=2)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 4:
+        raise ValueError(f"message size {nbytes!r}: expected an int of at least 4 bytes")
+    if work is not None:
+        if len(work) != 3:
+            raise ValueError(f"work {work!r}: expected (tokens, in, out)")
+        work = tuple(check_int("work", n, min=1) for n in work)
+    port, store = _store(world_size)
+    procs, conns = _start_ranks(
+        _between_rank,
+        [(r, world_size, port, nbytes, calls, work, repeats) for r in range(world_size)],
+    )
+    per_rank = _join_all(procs, conns)  # [rank][sequence][call] = (entered, left)
+    del store
+    return [waiting_and_transfer(list(seq)) for seq in zip(*per_rank)]

@@ -1,43 +1,45 @@
-"""Column- and row-parallel linear layers, and the tensor-parallel SwiGLU MLP, with every rank
-played here."""
+"""A fused QKV column-parallel projection with KV heads replicated when there are fewer of them
+than ranks, and the attention block around it, with every rank played here."""
 
 import torch
-import torch.nn.functional as F  # noqa: F401 (F.silu, F.linear)
+import torch.nn.functional as F  # noqa: F401 (F.linear, F.softmax)
 
 
-def column_shard(weight: torch.Tensor, rank: int, tp_size: int) -> torch.Tensor:
-    """Rank `rank`'s block of rows (output features) of weight [out, in]."""
-    raise NotImplementedError("column_shard")
-
-
-def row_shard(weight: torch.Tensor, rank: int, tp_size: int) -> torch.Tensor:
-    """Rank `rank`'s block of columns (input features) of weight [out, in]."""
-    raise NotImplementedError("row_shard")
-
-
-def column_parallel_linear(
-    x: torch.Tensor, weight: torch.Tensor, tp_size: int
-) -> list[torch.Tensor]:
-    """Each rank's slice [..., out / tp_size] of x @ weight.T; no communication."""
-    raise NotImplementedError("column_parallel_linear")
-
-
-def row_parallel_linear(
-    x_slices: list[torch.Tensor], weight: torch.Tensor, tp_size: int, all_reduce
-) -> list[torch.Tensor]:
-    """Each rank's full y [..., out] from its input slice x_slices[r], with one all_reduce of
-    the partials."""
-    raise NotImplementedError("row_parallel_linear")
-
-
-def tensor_parallel_mlp(
-    x: torch.Tensor,
-    gate_weight: torch.Tensor,
-    up_weight: torch.Tensor,
-    down_weight: torch.Tensor,
+def qkv_shard(
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    v_weight: torch.Tensor,
+    rank: int,
     tp_size: int,
+    head_dim: int,
+) -> torch.Tensor:
+    """Rank `rank`'s fused weight [(H / tp_size + 2 * kv) * head_dim, hidden]: its query heads'
+    rows of q, then its KV heads' rows of k, then the same rows of v."""
+    raise NotImplementedError("qkv_shard")
+
+
+def qkv_parallel_linear(
+    x: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    v_weight: torch.Tensor,
+    tp_size: int,
+    head_dim: int,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Each rank's (q, k, v) [..., heads * head_dim] from one product with its fused shard."""
+    raise NotImplementedError("qkv_parallel_linear")
+
+
+def tensor_parallel_attention(
+    x: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    v_weight: torch.Tensor,
+    o_weight: torch.Tensor,
+    tp_size: int,
+    head_dim: int,
     all_reduce,
 ) -> list[torch.Tensor]:
-    """down(silu(gate(x)) * up(x)) on each rank: gate, up column-parallel, down row-parallel,
-    one all_reduce."""
-    raise NotImplementedError("tensor_parallel_mlp")
+    """Causal attention over x [tokens, hidden] on each rank's own heads, o_proj row-parallel,
+    one all_reduce: each rank's output [tokens, hidden]."""
+    raise NotImplementedError("tensor_parallel_attention")

@@ -1,8 +1,8 @@
-"""Tests for column- and row-parallel linear layers and the tensor-parallel MLP: the shards by
-hand and at random
-shapes, each rank's output against the unsplit layer for tp sizes 2 to 4, and the all-reduces
-counted. The all-reduce your code calls is a real one: the grader runs it on tp_size gloo
-processes of its own."""
+"""Tests for the fused QKV column-parallel projection and the tensor-parallel attention block:
+the fused shard by hand and at random head counts (KV heads split, and replicated when there
+are fewer of them than ranks), the three outputs of the one product, and each rank's attention
+output against the unsplit layer with its all-reduces counted. The all-reduce your code calls is
+a real one: the grader runs it on tp_size gloo processes of its own."""
 
 import random
 
@@ -43,45 +43,161 @@ def gloo():
         g.close()
 
 
-def swiglu(x, gate, up, down):
-    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+def kv_heads(num_kv, rank, tp):
+    """The KV heads rank `rank` holds: a block of them, or one replicated head."""
+    if tp <= num_kv:
+        return list(range(rank * num_kv // tp, (rank + 1) * num_kv // tp))
+    return [rank * num_kv // tp]
 
 
-def test_shards_by_hand(learner):
-    """column_shard takes rows (output features), row_shard takes columns (input features)."""
-    W = torch.arange(12.0).view(4, 3)
-    check_equal(
-        learner.column_shard(W, 1, 2).tolist(),
-        [[6.0, 7.0, 8.0], [9.0, 10.0, 11.0]],
-        "column_shard(W, 1, 2)",
+def fused_reference(q, k, v, rank, tp, hd):
+    per = q.shape[0] // hd // tp
+    rows = [h * hd + i for h in kv_heads(k.shape[0] // hd, rank, tp) for i in range(hd)]
+    return torch.cat([q[rank * per * hd : (rank + 1) * per * hd], k[rows], v[rows]], 0)
+
+
+def attention_reference(x, q_w, k_w, v_w, o_w, hd):
+    """The unsplit layer: causal attention, query head h reads KV head h * KV // H."""
+    tokens, num_heads, num_kv = x.shape[0], q_w.shape[0] // hd, k_w.shape[0] // hd
+    q = F.linear(x, q_w).view(tokens, num_heads, hd).transpose(0, 1)
+    k = F.linear(x, k_w).view(tokens, num_kv, hd).transpose(0, 1)
+    v = F.linear(x, v_w).view(tokens, num_kv, hd).transpose(0, 1)
+    k = k.repeat_interleave(num_heads // num_kv, 0)
+    v = v.repeat_interleave(num_heads // num_kv, 0)
+    scores = (q @ k.transpose(1, 2)) * hd**-0.5
+    causal = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    attn = F.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ v
+    return F.linear(attn.transpose(0, 1).reshape(tokens, -1), o_w)
+
+
+def layer(num_heads, num_kv, hd, hidden, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(num_heads * hd, hidden, generator=g),
+        torch.randn(num_kv * hd, hidden, generator=g),
+        torch.randn(num_kv * hd, hidden, generator=g),
+        torch.randn(hidden, num_heads * hd, generator=g),
     )
+
+
+# (query heads, KV heads, tp_size): KV heads split, one per rank, and replicated
+SHAPES = [
+    (4, 2, 2),
+    (8, 4, 2),
+    (8, 8, 4),
+    (6, 3, 3),
+    (8, 2, 4),
+    (4, 1, 4),
+    (12, 2, 4),
+    (8, 4, 8),
+]
+
+
+def test_qkv_shard_by_hand(learner):
+    """Rank 1 of 2, 4 query heads and 2 KV heads of head_dim 1: q's rows 2, 3, then k's row 1,
+    then v's row 1."""
+    q = torch.arange(8.0).view(4, 2)
+    k, v = 100 + torch.arange(4.0).view(2, 2), 200 + torch.arange(4.0).view(2, 2)
     check_equal(
-        learner.row_shard(torch.arange(12.0).view(2, 6), 2, 3).tolist(),
-        [[4.0, 5.0], [10.0, 11.0]],
-        "row_shard(arange(12).view(2, 6), 2, 3)",
+        learner.qkv_shard(q, k, v, 1, 2, 1).tolist(),
+        [[4.0, 5.0], [6.0, 7.0], [102.0, 103.0], [202.0, 203.0]],
+        "qkv_shard(q [4, 2], k [2, 2], v [2, 2], rank 1, tp_size 2, head_dim 1)",
     )
 
 
-def test_shards_tile_the_weight_at_random_shapes(learner):
-    """For any shape and tp size, the ranks' shards side by side are the weight, in rank
-    order."""
+def test_qkv_shard_at_random_head_counts(learner):
+    """Every rank's fused shard: its query heads' rows of q, then its KV heads' rows of k and v,
+    for KV heads split evenly (tp_size up to the number of KV heads)."""
     rng = random.Random(1)
-    for case in range(12):
-        tp = rng.choice([1, 2, 3, 4])
-        out, inp = tp * rng.randint(1, 5), tp * rng.randint(1, 5)
-        W = torch.randn(out, inp, generator=torch.Generator().manual_seed(case))
-        cols = [learner.column_shard(W, r, tp) for r in range(tp)]
-        rows = [learner.row_shard(W, r, tp) for r in range(tp)]
-        check_close(
-            torch.cat(cols, 0),
-            W,
-            f"case {case}: column shards of a [{out}, {inp}] weight at tp {tp}, stacked",
+    for case in range(10):
+        num_kv = rng.choice([1, 2, 3, 4, 6])
+        tp = rng.choice([t for t in (1, 2, 3, 4, 6) if num_kv % t == 0])
+        num_heads, hd = num_kv * rng.choice([1, 2, 3]), rng.choice([1, 2, 4])
+        q, k, v, _ = layer(num_heads, num_kv, hd, 5, case)
+        for r in range(tp):
+            check_close(
+                learner.qkv_shard(q, k, v, r, tp, hd),
+                fused_reference(q, k, v, r, tp, hd),
+                f"case {case}: rank {r}'s fused shard, {num_heads} query heads, {num_kv} KV "
+                f"heads of {hd}, tp_size {tp}",
+            )
+
+
+def test_fewer_kv_heads_than_ranks_are_replicated(learner):
+    """With fewer KV heads than ranks each rank holds one KV head: the one its query heads read,
+    so ranks 0 and 1 of 4 hold head 0 and ranks 2 and 3 head 1 of 2."""
+    for num_heads, num_kv, tp in [(8, 2, 4), (4, 1, 4), (12, 2, 4), (8, 4, 8), (16, 2, 8)]:
+        q, k, v, _ = layer(num_heads, num_kv, 2, 3, num_heads + tp)
+        for r in range(tp):
+            check_close(
+                learner.qkv_shard(q, k, v, r, tp, 2),
+                fused_reference(q, k, v, r, tp, 2),
+                f"rank {r}'s fused shard with {num_kv} KV heads at tp_size {tp} (it should "
+                f"hold KV head {kv_heads(num_kv, r, tp)[0]})",
+            )
+
+
+def test_one_product_splits_into_q_k_v(learner):
+    """qkv_parallel_linear: per rank (q, k, v), q of its query heads and k, v of its KV
+    heads, whatever the leading dimensions of x."""
+    rng = random.Random(2)
+    for case, (num_heads, num_kv, tp) in enumerate(SHAPES):
+        hd, hidden = rng.choice([2, 3]), 6
+        q_w, k_w, v_w, _ = layer(num_heads, num_kv, hd, hidden, 100 + case)
+        x = torch.randn(*[rng.randint(1, 3) for _ in range(rng.randint(1, 2))], hidden)
+        ranks = learner.qkv_parallel_linear(x, q_w, k_w, v_w, tp, hd)
+        check_equal(len(ranks), tp, f"case {case}: how many ranks' (q, k, v) come back")
+        for r, qkv in enumerate(ranks):
+            check_equal(len(qkv), 3, f"case {case}: rank {r}'s outputs (q, k, v)")
+            fused = F.linear(x, fused_reference(q_w, k_w, v_w, r, tp, hd))
+            q_size = num_heads // tp * hd
+            kv_size = (fused.shape[-1] - q_size) // 2
+            want = fused.split([q_size, kv_size, kv_size], -1)
+            for name, got, expected in zip("qkv", qkv, want):
+                check_close(
+                    got,
+                    expected,
+                    f"case {case}: rank {r}'s {name}, {num_heads} query heads, {num_kv} KV "
+                    f"heads of {hd}, tp_size {tp}",
+                    atol=1e-4,
+                )
+
+
+def test_attention_equals_the_unsplit_layer_on_every_rank(learner, gloo):
+    """Each rank attends with its own heads and multiplies its columns of o_proj; after the
+    all-reduce every rank holds the unsplit layer's output, KV heads replicated or not."""
+    for case, (num_heads, num_kv, tp) in enumerate(SHAPES):
+        if tp == 1 or tp > 4:
+            continue
+        hd, hidden = 4, 8
+        q_w, k_w, v_w, o_w = layer(num_heads, num_kv, hd, hidden, 200 + case)
+        x = torch.randn(5, hidden, generator=torch.Generator().manual_seed(case)) / 2
+        outs = learner.tensor_parallel_attention(x, q_w, k_w, v_w, o_w, tp, hd, gloo(tp))
+        check_equal(len(outs), tp, f"case {case}: how many outputs come back at tp_size {tp}")
+        want = attention_reference(x, q_w, k_w, v_w, o_w, hd)
+        for r, y in enumerate(outs):
+            check_close(
+                y,
+                want,
+                f"case {case}: rank {r}'s output, {num_heads} query heads, {num_kv} KV heads, "
+                f"tp_size {tp}",
+                atol=1e-3,
+            )
+
+
+def test_the_attention_block_needs_one_all_reduce(learner, gloo):
+    """q, k and v are column-parallel and o row-parallel: one all-reduce, of o's partial
+    outputs [tokens, hidden], for the whole block."""
+    all_reduce = gloo(2)
+    q_w, k_w, v_w, o_w = layer(4, 2, 4, 8, 7)
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(7))
+    learner.tensor_parallel_attention(x, q_w, k_w, v_w, o_w, 2, 4, all_reduce)
+    if len(all_reduce.calls) != 1:
+        fail(
+            f"tensor_parallel_attention called all_reduce {len(all_reduce.calls)} times with "
+            f"shapes {all_reduce.calls}: expected once, on o_proj's partial outputs [3, 8]"
         )
-        check_close(
-            torch.cat(rows, 1),
-            W,
-            f"case {case}: row shards of a [{out}, {inp}] weight at tp {tp}, side by side",
-        )
+    check_equal(all_reduce.calls[0], [(3, 8), (3, 8)], "the shapes of the one all_reduce")
 
 
 class LocalSum:
@@ -93,149 +209,23 @@ class LocalSum:
         return [total.clone() for _ in tensors]
 
 
-def test_a_size_that_does_not_divide_is_refused(learner):
-    """A dimension that tp_size does not divide cannot be split evenly: the shards, both layers
-    and
-    the MLP raise ValueError naming the size (10 or more: a number not in the message by
-    accident).
-    """
-    W = torch.zeros(6, 5)
-    e = check_raises(
-        ValueError, learner.row_shard, W, 0, 2, what="row_shard of a [6, 5] weight at tp_size 2"
-    )
-    check_names(e, 5, "row_shard([6, 5], tp_size=2)")
-    rng = random.Random(8)
-    all_reduce = share(LocalSum(), call=True)
-    for case in range(6):
-        tp = rng.choice([3, 4, 5])
-        even = tp * rng.randint(3, 5)
-        odd = even + rng.randint(1, tp - 1)  # tp_size does not divide it
-        g = torch.Generator().manual_seed(case)
-        x_even, x_odd = torch.randn(2, even, generator=g), torch.randn(2, odd, generator=g)
-        w_odd_rows = torch.randn(
-            odd, even, generator=g
-        )  # an output size tp_size does not divide
-        w_odd_cols = torch.randn(
-            even, odd, generator=g
-        )  # an input size tp_size does not divide
+def test_a_split_that_does_not_fit_is_refused(learner):
+    """tp_size must divide the query heads, and it and the KV heads must divide one another:
+    every function raises ValueError naming the head count at fault."""
+    local_sum = share(LocalSum(), call=True)
+    x = torch.randn(2, 4)
+    for num_heads, num_kv, tp, named in [(22, 22, 4, 22), (20, 10, 4, 10), (24, 16, 3, 16)]:
+        q_w, k_w, v_w, o_w = layer(num_heads, num_kv, 1, 4, 0)
         calls = [
-            (learner.column_shard, (w_odd_rows, 0, tp), f"column_shard([{odd}, {even}])"),
-            (learner.row_shard, (w_odd_cols, tp - 1, tp), f"row_shard([{even}, {odd}])"),
+            ("qkv_shard", learner.qkv_shard, (q_w, k_w, v_w, 0, tp, 1)),
+            ("qkv_parallel_linear", learner.qkv_parallel_linear, (x, q_w, k_w, v_w, tp, 1)),
             (
-                learner.column_parallel_linear,
-                (x_even, w_odd_rows, tp),
-                f"column_parallel_linear(x [2, {even}], weight [{odd}, {even}])",
-            ),
-            (
-                learner.row_parallel_linear,
-                (list(x_odd.tensor_split(tp, -1)), w_odd_cols, tp, all_reduce),
-                f"row_parallel_linear(weight [{even}, {odd}])",
-            ),
-            (
-                learner.tensor_parallel_mlp,
-                (x_even, w_odd_rows, w_odd_rows.flip(0), w_odd_cols, tp, all_reduce),
-                f"tensor_parallel_mlp(gate and up [{odd}, {even}], down [{even}, {odd}])",
+                "tensor_parallel_attention",
+                learner.tensor_parallel_attention,
+                (x, q_w, k_w, v_w, o_w, tp, 1, local_sum),
             ),
         ]
-        for fn, args, what in calls:
-            e = check_raises(ValueError, fn, *args, what=f"case {case}: {what} at tp_size {tp}")
-            check_names(e, odd, f"case {case}: {what} at tp_size {tp}")
-
-
-def test_column_parallel_slices_are_the_unsplit_output(learner):
-    """Column-parallel: each rank's slice of y, no communication; side by side they equal x @
-    W.T."""
-    rng = random.Random(2)
-    for case in range(8):
-        tp = rng.choice([2, 3, 4])
-        g = torch.Generator().manual_seed(100 + case)
-        x = torch.randn(*[rng.randint(1, 4) for _ in range(rng.randint(1, 2))], 8, generator=g)
-        W = torch.randn(tp * rng.randint(1, 4), 8, generator=g)
-        ys = learner.column_parallel_linear(x, W, tp)
-        check_equal(
-            len(ys),
-            tp,
-            f"case {case}: how many slices column_parallel_linear returns at tp {tp}",
-        )
-        check_close(
-            torch.cat(list(ys), -1),
-            F.linear(x, W),
-            f"case {case}: the slices side by side",
-            atol=1e-5,
-        )
-
-
-def test_row_parallel_sums_the_partials_with_one_all_reduce(learner, gloo):
-    """Row-parallel: each rank multiplies its input slice; one all-reduce gives every rank the
-    whole y."""
-    rng = random.Random(3)
-    for case in range(6):
-        tp = [2, 3, 4][case % 3]
-        all_reduce = gloo(tp)
-        g = torch.Generator().manual_seed(200 + case)
-        tokens, inp, out = rng.randint(1, 6), tp * rng.randint(1, 4), rng.randint(1, 9)
-        x, W = torch.randn(tokens, inp, generator=g), torch.randn(out, inp, generator=g)
-        ys = learner.row_parallel_linear(list(x.chunk(tp, -1)), W, tp, all_reduce)
-        check_equal(
-            len(all_reduce.calls),
-            1,
-            f"case {case}: all_reduce calls for one row-parallel layer at tp {tp}",
-        )
-        check_equal(
-            all_reduce.calls[0],
-            [(tokens, out)] * tp,
-            f"case {case}: the shapes sent to all_reduce",
-        )
-        for r, y in enumerate(ys):
-            check_close(y, F.linear(x, W), f"case {case}: rank {r}'s y at tp {tp}", atol=1e-4)
-
-
-def test_the_mlp_equals_the_unsplit_one_on_every_rank(learner, gloo):
-    """Gate and up by columns, down by rows: every rank's output is the unsplit SwiGLU's, for tp
-    2 to 4."""
-    rng = random.Random(4)
-    for case in range(6):
-        tp = [2, 3, 4][case % 3]
-        all_reduce = gloo(tp)
-        g = torch.Generator().manual_seed(300 + case)
-        d, inter = rng.choice([4, 8, 16]), tp * rng.randint(1, 6)
-        x = torch.randn(rng.randint(1, 3), rng.randint(1, 5), d, generator=g)
-        gate, up, down = (
-            torch.randn(inter, d, generator=g),
-            torch.randn(inter, d, generator=g),
-            torch.randn(d, inter, generator=g),
-        )
-        outs = learner.tensor_parallel_mlp(x, gate, up, down, tp, all_reduce)
-        check_equal(
-            len(outs),
-            tp,
-            f"case {case}: how many outputs tensor_parallel_mlp returns at tp {tp}",
-        )
-        for r, y in enumerate(outs):
-            check_close(
-                y,
-                swiglu(x, gate, up, down),
-                f"case {case}: rank {r}'s MLP output at tp {tp}",
-                atol=1e-4,
-            )
-
-
-def test_the_mlp_needs_one_all_reduce(learner, gloo):
-    """gate and up give each rank whole hidden units, exactly down's input slice: a single
-    all-reduce per MLP."""
-    all_reduce = gloo(2)
-    g = torch.Generator().manual_seed(5)
-    x, gate, up, down = (
-        torch.randn(3, 8, generator=g),
-        torch.randn(6, 8, generator=g),
-        torch.randn(6, 8, generator=g),
-        torch.randn(8, 6, generator=g),
-    )
-    learner.tensor_parallel_mlp(x, gate, up, down, 2, all_reduce)
-    if len(all_reduce.calls) != 1:
-        fail(
-            f"tensor_parallel_mlp called all_reduce {len(all_reduce.calls)} times with shapes "
-            f"{all_reduce.calls}: "
-            "expected once, on down's partial outputs [3, 8]"
-        )
-    check_equal(all_reduce.calls[0], [(3, 8), (3, 8)], "the shapes of the one all_reduce")
+        for name, fn, args in calls:
+            what = f"{name} with {num_heads} query heads, {num_kv} KV heads at tp_size {tp}"
+            e = check_raises(ValueError, fn, *args, what=what)
+            check_names(e, named, what)

@@ -1,57 +1,99 @@
-"""Wrong: splits every weight in two halves, fitted to the example's tp_size 2.
+"""Wrong: splits the heads in two halves, fitted to the example's tp_size 2.
 
-Caught by: test_shards_tile_the_weight_at_random_shapes.
+Caught by: test_qkv_shard_at_random_head_counts.
 """
 
 import torch
-import torch.nn.functional as F  # noqa: F401 (F.silu, F.linear)
+import torch.nn.functional as F  # noqa: F401 (F.linear, F.softmax)
 
 
-def _block(weight: torch.Tensor, dim: int, rank: int, tp_size: int) -> torch.Tensor:
-    n = weight.shape[dim]
-    if n % tp_size:
-        raise ValueError(f"tp_size {tp_size} does not divide dimension {dim} of size {n}")
-    per = n // 2  # the example's two ranks
-    return weight.narrow(dim, (rank % 2) * per, per)
+def _heads(q_weight, k_weight, tp_size: int, head_dim: int) -> tuple[int, int]:
+    """(query heads, KV heads) of the whole layer, checked against tp_size."""
+    num_heads, num_kv = q_weight.shape[0] // head_dim, k_weight.shape[0] // head_dim
+    if num_heads % tp_size:
+        raise ValueError(f"tp_size {tp_size} does not divide the {num_heads} query heads")
+    if num_kv % tp_size and tp_size % num_kv:
+        raise ValueError(
+            f"tp_size {tp_size} and the {num_kv} KV heads: neither divides the other"
+        )
+    return num_heads, num_kv
 
 
-def column_shard(weight: torch.Tensor, rank: int, tp_size: int) -> torch.Tensor:
-    """Rank `rank`'s block of rows (output features) of weight [out, in]."""
-    return _block(weight, 0, rank, tp_size)
+def _kv_heads(num_kv: int, rank: int, tp_size: int) -> range:
+    if tp_size <= num_kv:  # a block of whole heads per rank
+        per = num_kv // tp_size
+        return range(rank * per, (rank + 1) * per)
+    head = rank * num_kv // tp_size  # the head this rank's query heads read, replicated
+    return range(head, head + 1)
 
 
-def row_shard(weight: torch.Tensor, rank: int, tp_size: int) -> torch.Tensor:
-    """Rank `rank`'s block of columns (input features) of weight [out, in]."""
-    return _block(weight, 1, rank, tp_size)
-
-
-def column_parallel_linear(
-    x: torch.Tensor, weight: torch.Tensor, tp_size: int
-) -> list[torch.Tensor]:
-    """Each rank's slice [..., out / tp_size] of x @ weight.T; no communication."""
-    return [F.linear(x, column_shard(weight, r, tp_size)) for r in range(tp_size)]
-
-
-def row_parallel_linear(
-    x_slices: list[torch.Tensor], weight: torch.Tensor, tp_size: int, all_reduce
-) -> list[torch.Tensor]:
-    """Each rank's full y [..., out] from its input slice x_slices[r], with one all_reduce of
-    the partials."""
-    partials = [F.linear(x_slices[r], row_shard(weight, r, tp_size)) for r in range(tp_size)]
-    return all_reduce(partials)
-
-
-def tensor_parallel_mlp(
-    x: torch.Tensor,
-    gate_weight: torch.Tensor,
-    up_weight: torch.Tensor,
-    down_weight: torch.Tensor,
+def qkv_shard(
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    v_weight: torch.Tensor,
+    rank: int,
     tp_size: int,
+    head_dim: int,
+) -> torch.Tensor:
+    """Rank `rank`'s fused weight [(H / tp_size + 2 * kv) * head_dim, hidden]: its query heads'
+    rows of q, then its KV heads' rows of k, then the same rows of v."""
+    num_heads, num_kv = _heads(q_weight, k_weight, tp_size, head_dim)
+    per = num_heads // 2  # the example's two ranks
+    kv = _kv_heads(num_kv, rank % 2, 2)
+    rank = rank % 2
+    q = q_weight[rank * per * head_dim : (rank + 1) * per * head_dim]
+    k = k_weight[kv.start * head_dim : kv.stop * head_dim]
+    v = v_weight[kv.start * head_dim : kv.stop * head_dim]
+    return torch.cat([q, k, v], dim=0)
+
+
+def qkv_parallel_linear(
+    x: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    v_weight: torch.Tensor,
+    tp_size: int,
+    head_dim: int,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Each rank's (q, k, v) [..., heads * head_dim] from one product with its fused shard."""
+    num_heads, num_kv = _heads(q_weight, k_weight, tp_size, head_dim)
+    q_size = num_heads // tp_size * head_dim
+    kv_size = len(_kv_heads(num_kv, 0, tp_size)) * head_dim
+    out = []
+    for r in range(tp_size):
+        fused = F.linear(x, qkv_shard(q_weight, k_weight, v_weight, r, tp_size, head_dim))
+        out.append(tuple(fused.split([q_size, kv_size, kv_size], dim=-1)))
+    return out
+
+
+def tensor_parallel_attention(
+    x: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    v_weight: torch.Tensor,
+    o_weight: torch.Tensor,
+    tp_size: int,
+    head_dim: int,
     all_reduce,
 ) -> list[torch.Tensor]:
-    """down(silu(gate(x)) * up(x)) on each rank: gate, up column-parallel, down row-parallel,
-    one all_reduce."""
-    gates = column_parallel_linear(x, gate_weight, tp_size)
-    ups = column_parallel_linear(x, up_weight, tp_size)
-    hidden = [F.silu(g) * u for g, u in zip(gates, ups)]  # rank r's slice of the hidden units
-    return row_parallel_linear(hidden, down_weight, tp_size, all_reduce)
+    """Causal attention over x [tokens, hidden] on each rank's own heads, o_proj row-parallel,
+    one all_reduce: each rank's output [tokens, hidden]."""
+    num_heads, _ = _heads(q_weight, k_weight, tp_size, head_dim)
+    per = num_heads // tp_size
+    tokens = x.shape[0]
+    causal = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    partials = []
+    for r, (q, k, v) in enumerate(
+        qkv_parallel_linear(x, q_weight, k_weight, v_weight, tp_size, head_dim)
+    ):
+        q = q.view(tokens, per, head_dim).transpose(0, 1)  # [heads, T, hd]
+        k = k.view(tokens, -1, head_dim).transpose(0, 1)  # [kv, T, hd]
+        v = v.view(tokens, -1, head_dim).transpose(0, 1)
+        group = per // k.shape[0]  # this rank's query heads per KV head it holds
+        k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        scores = (q @ k.transpose(1, 2)) * head_dim**-0.5  # [heads, T, T]
+        scores = scores.masked_fill(~causal, float("-inf"))
+        attn = (F.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(tokens, -1)
+        o = o_weight[:, r * per * head_dim : (r + 1) * per * head_dim]  # o's input columns
+        partials.append(F.linear(attn, o))  # [T, hidden]: a partial sum
+    return all_reduce(partials)
