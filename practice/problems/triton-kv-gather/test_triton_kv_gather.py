@@ -1,7 +1,6 @@
-"""Tests for gather_k: the example, random caches and shuffled tables of any shape against torch
-indexing
-(bit for bit), the partial last block, an empty request, other dtypes, and the errors on bad
-tables."""
+"""Tests for gather_k: the example, random caches and shuffled tables of any shape against
+torch indexing (bit for bit), tiles that cross block boundaries, the partial last block and
+the partial last tile, an empty request, other dtypes, and the errors on bad tables."""
 
 import random
 
@@ -19,23 +18,28 @@ def expected(k_cache, table, seq_len):
 
 
 def test_the_example(learner):
-    k_cache = cache(0, 6, 4, 2, 8)
+    """Blocks of 3, 2 KV heads of 80: two tiles of 16 positions, the first ending in the middle
+    of block 6, whose other two positions open the second tile."""
+    k_cache = cache(0, 8, 3, 2, 80)
+    table = [5, 0, 7, 3, 1, 6, 2]
     check_equal(
-        learner.gather_k(k_cache, [5, 0, 3], 10),
-        expected(k_cache, [5, 0, 3], 10),
-        "gather_k(k_cache [6, 4, 2, 8], [5, 0, 3], 10)",
+        learner.gather_k(k_cache, table, 20),
+        expected(k_cache, table, 20),
+        f"gather_k(k_cache [8, 3, 2, 80], {table}, 20)",
     )
 
 
 def test_random_tables_and_shapes_match_torch_indexing(learner):
+    """Any block size, any number of KV heads, head dims whose rows are not a power of two
+    (80, 12), contexts of several tiles."""
     rng = random.Random(7)
     for case in range(10):
         block_size, kv_heads, head_dim = (
-            rng.choice([1, 2, 3, 5, 8, 16]),
+            rng.choice([1, 2, 3, 5, 8, 16, 24]),
             rng.randint(1, 4),
-            rng.choice([4, 8, 12, 16, 24]),
+            rng.choice([4, 12, 16, 80]),
         )
-        seq_len = rng.randint(1, 60)
+        seq_len = rng.randint(1, 70)
         need = -(-seq_len // block_size)
         num_blocks = need + rng.randint(0, 5)
         table = rng.sample(range(num_blocks), need)
@@ -45,6 +49,22 @@ def test_random_tables_and_shapes_match_torch_indexing(learner):
             expected(k_cache, table, seq_len),
             f"gather_k(k_cache [{num_blocks}, {block_size}, {kv_heads}, {head_dim}], {table}, "
             f"{seq_len})",
+        )
+
+
+def test_tiles_that_cross_block_boundaries(learner):
+    """Block sizes that do not divide the tile of 16 (3, 5, 6) and one larger than it that is
+    not a multiple (24): tiles start and end in the middle of blocks, and the rows of one tile
+    come from several blocks, in the table's order, not the pool's."""
+    for block_size in (3, 5, 6, 24):
+        seq_len = 61  # four tiles, the last one partial
+        need = -(-seq_len // block_size)
+        table = random.Random(block_size).sample(range(need + 3), need)
+        k_cache = cache(30 + block_size, need + 3, block_size, 2, 8)
+        check_equal(
+            learner.gather_k(k_cache, table, seq_len),
+            expected(k_cache, table, seq_len),
+            f"gather_k(k_cache [{need + 3}, {block_size}, 2, 8], {table}, {seq_len})",
         )
 
 
@@ -83,46 +103,51 @@ def test_an_empty_request_gives_an_empty_tensor(learner):
             check_equal(str(got.dtype), str(dtype), f"the dtype of {what}")
 
 
-MARK = -7777.0  # no cache holds it: a marker where the kernel must neither write nor read
+MARK = -7777.0  # no cache holds it: a marker after out, where the kernel must not write
+POISON = -5555.0  # the rows of a block no position of the request maps to
 
 
 def test_the_kernel_touches_nothing_outside_the_rows(learner):
-    """gather_k_kernel launched as gather_k launches it, on a cache and an output each followed
-    by
-    marker values: every row is right, and the markers after out are untouched. A mask one lane
-    too wide writes past each row; the next program overwrites it and hides it, but not the last
-    one. Mask tl.load and tl.store with cols < ROW (and load with other= a value that never
-    reaches out).
+    """gather_k_kernel launched directly, grid (cdiv(seq_len, TILE),), with tiles of 8, 16 or
+    32 positions and rows of ROW = kv_heads * head_dim numbers padded to BLOCK_ROW, the next
+    power of two. After the request's table come entries naming a poison block, and out is
+    followed by marker values: every row must be right and every marker untouched. The last
+    tile runs past seq_len; a position past it has no block of the request and no row of out,
+    so neither its row nor any column past ROW may be written.
     """
     rng = random.Random(12)
     for case in range(8):
-        block_size, kv_heads = rng.choice([1, 3, 4, 8]), rng.randint(1, 3)
-        head_dim = rng.choice([4, 6, 8, 12, 20])
+        block_size, kv_heads = rng.choice([1, 3, 4, 5, 8]), rng.randint(1, 3)
+        head_dim = rng.choice([4, 6, 12, 20, 80])
+        tile = rng.choice([8, 16, 32])
         row = kv_heads * head_dim
-        seq_len = rng.randint(1, 20)
+        seq_len = rng.randint(1, 50)
         need = -(-seq_len // block_size)
         num_blocks = need + rng.randint(0, 2)
         table = rng.sample(range(num_blocks - 1), need - 1) + [num_blocks - 1]  # read the last
         k_cache = cache(20 + case, num_blocks, block_size, kv_heads, head_dim)
+        poisoned = torch.cat([k_cache, torch.full((1, *k_cache.shape[1:]), POISON)])
         width = 1 << (row - 1).bit_length()  # the next power of two
-        pad = torch.full((2 * width,), MARK)
+        grid = -(-seq_len // tile)
         args = launch(
             learner.gather_k_kernel,
-            (seq_len,),
-            torch.cat([k_cache.flatten(), pad]),
-            torch.tensor(table, dtype=torch.long),
-            torch.full((seq_len * row + 2 * width,), MARK),
+            (grid,),
+            torch.cat([poisoned.flatten(), torch.full((2 * width,), MARK)]),
+            torch.tensor(table + [num_blocks] * (2 * tile), dtype=torch.long),
+            torch.full((seq_len * row + 2 * width + tile * row,), MARK),
+            seq_len,
             k_cache.stride(0),
             k_cache.stride(1),
             ROW=row,
-            BLOCK=width,
+            BLOCK_ROW=width,
             BLOCK_SIZE=block_size,
+            TILE=tile,
         )
         out = args[2]
         what = (
-            f"case {case}: gather_k_kernel[({seq_len},)] on a cache [{num_blocks}, "
-            f"{block_size}, {kv_heads}, {head_dim}] (ROW {row}, BLOCK {width}) and the table "
-            f"{table}"
+            f"case {case}: gather_k_kernel[({grid},)] with TILE {tile} on a cache "
+            f"[{num_blocks}, {block_size}, {kv_heads}, {head_dim}] (ROW {row}, BLOCK_ROW "
+            f"{width}), the table {table} and seq_len {seq_len}"
         )
         check_equal(
             out[: seq_len * row].view(seq_len, kv_heads, head_dim),
@@ -133,8 +158,7 @@ def test_the_kernel_touches_nothing_outside_the_rows(learner):
         check_equal(
             wrote,
             [],
-            f"{what}: the elements after the end of out that your kernel wrote "
-            "(store only where cols < ROW)",
+            f"{what}: the elements after the end of out that your kernel wrote",
         )
 
 
@@ -148,8 +172,7 @@ def test_the_caches_dtype_is_kept(learner):
 
 def test_bad_arguments_are_refused_by_name(learner):
     """The message names the value at fault: the seq_len the table is too short for, the block
-    that
-    is not in the cache (not only the cache's size), a negative seq_len. The numbers cannot
+    that is not in the cache (not only the cache's size), a negative seq_len. The numbers cannot
     be in it by accident."""
     k_cache = cache(5, 9, 4, 2, 8)
     error = check_raises(

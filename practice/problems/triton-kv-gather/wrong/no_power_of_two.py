@@ -1,5 +1,5 @@
-"""Wrong: sizes the tl.arange by kv_heads * head_dim itself, which Triton refuses unless it is a
-power of two.
+"""Wrong: sizes the tl.arange by kv_heads * head_dim itself, which Triton refuses unless it is
+a power of two.
 
 Caught by: test_random_tables_and_shapes_match_torch_indexing.
 """
@@ -11,32 +11,39 @@ from minillm.kernels import load_triton
 triton = load_triton()  # without a GPU this selects Triton's interpreter first
 import triton.language as tl  # noqa: E402
 
+TILE = 16  # positions per program in gather_k
+
 
 @triton.jit
 def gather_k_kernel(
     k_cache_ptr,
     block_table_ptr,
     out_ptr,
+    seq_len,
     stride_block,
     stride_offset,
     ROW: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK_ROW: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    TILE: tl.constexpr,
 ):
-    """Program p copies the ROW numbers of position p's K (all heads) into out[p]."""
-    p = tl.program_id(0)
-    block = tl.load(block_table_ptr + p // BLOCK_SIZE)  # which block holds position p
-    cols = tl.arange(0, BLOCK)  # a power of two: the mask cuts it to ROW
-    mask = cols < ROW
-    row = tl.load(
-        k_cache_ptr + block * stride_block + (p % BLOCK_SIZE) * stride_offset + cols, mask=mask
-    )
-    tl.store(out_ptr + p * ROW + cols, row, mask=mask)
+    """Program t copies positions t * TILE .. t * TILE + TILE - 1 (those below seq_len), each a
+    row of ROW numbers (all heads), into out."""
+    t = tl.program_id(0)
+    pos = t * TILE + tl.arange(0, TILE)  # [TILE] positions
+    pos_ok = pos < seq_len  # the last tile may run past the request
+    cols = tl.arange(0, BLOCK_ROW)  # [BLOCK_ROW] a power of two >= ROW
+    ok = pos_ok[:, None] & (cols[None, :] < ROW)  # [TILE, BLOCK_ROW]
+    # each position looks up its own block: a tile may span several blocks, or part of one
+    block = tl.load(block_table_ptr + pos // BLOCK_SIZE, mask=pos_ok, other=0)  # [TILE]
+    src = block * stride_block + (pos % BLOCK_SIZE) * stride_offset  # [TILE]
+    rows = tl.load(k_cache_ptr + src[:, None] + cols[None, :], mask=ok)  # [TILE, BLOCK_ROW]
+    tl.store(out_ptr + pos[:, None] * ROW + cols[None, :], rows, mask=ok)
 
 
 def gather_k(k_cache: torch.Tensor, block_table: list[int], seq_len: int) -> torch.Tensor:
     """k_cache [num_blocks, block_size, kv_heads, head_dim] -> out [seq_len, kv_heads,
-    head_dim], by the kernel."""
+    head_dim], by the kernel, TILE positions per program."""
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
         raise ValueError(f"seq_len is {seq_len!r}: expected an int >= 0")
@@ -56,14 +63,16 @@ def gather_k(k_cache: torch.Tensor, block_table: list[int], seq_len: int) -> tor
         return out
     table = torch.tensor(block_table[:need], dtype=torch.long)
     row = kv_heads * head_dim
-    gather_k_kernel[(seq_len,)](
+    gather_k_kernel[(triton.cdiv(seq_len, TILE),)](
         k_cache,
         table,
         out,
+        seq_len,
         k_cache.stride(0),
         k_cache.stride(1),
         ROW=row,
-        BLOCK=row,
+        BLOCK_ROW=row,
         BLOCK_SIZE=block_size,
+        TILE=TILE,
     )
     return out
