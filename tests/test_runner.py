@@ -372,3 +372,29 @@ def test_read_mask_is_block_diagonal_and_end_aligned():
         )
         assert set(row[row > 0].tolist()) == {r + 1}
     assert int((mask > 0).sum()) == 232
+
+
+# --- chapter 5's timers
+#   ------------------------------------------------------------------------------
+
+
+def test_fastest_interleaved_calls_each_fn_once_per_round_in_turn():
+    from minillm.notebook.padding_timing import fastest_interleaved
+
+    calls = []
+    best = fastest_interleaved(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3
+    )
+    assert calls == ["a", "b"] * 3  # interleaved, not a's rounds then b's
+    assert set(best) == {"a", "b"} and all(0 <= t < float("inf") for t in best.values())
+
+
+def test_padded_vs_packed_times_every_part_of_both_layouts(small_model):
+    from minillm.notebook.padding_timing import padded_vs_packed, padding_table
+
+    times = padded_vs_packed(small_model, [9, 3, 1])
+    parts = ("forward", "attention", "rest", "host")
+    assert set(times) == {f"{p} {layout}" for p in parts for layout in ("padded", "packed")}
+    assert all(0 < t < float("inf") for t in times.values())
+    table = padding_table(times, small_model.cfg.num_hidden_layers)
+    assert len(table.splitlines()) == 6 and "of the forward" in table

@@ -1,4 +1,5 @@
-"""Padded [B, max_len] vs packed (flat + query_start_loc) layouts, and what padding wastes."""
+"""Padded [B, max_len] vs packed (flat + query_start_loc) layouts, what padding wastes, and how
+few length buckets bring the waste under a limit."""
 
 
 def padded_tokens(query_lens: list[int]) -> int:
@@ -24,3 +25,9 @@ def pack(token_lists: list[list[int]]) -> tuple[list[int], list[int]]:
 def unpack(flat: list[int], query_start_loc: list[int]) -> list[list[int]]:
     """The token lists back from a packed batch."""
     raise NotImplementedError("unpack")
+
+
+def fewest_buckets(query_lens: list[int], max_waste: float) -> int:
+    """The fewest buckets, each padded to its own longest request, whose padding is at most
+    max_waste of their padded work in all."""
+    raise NotImplementedError("fewest_buckets")

@@ -116,3 +116,75 @@ def test_random_batches_pad_pack_and_unpack(learner):
         check_equal(
             learner.unpack(flat, starts), lists, f"case {case}: unpack({flat}, {starts})"
         )
+
+
+def least_padded(lens, k):
+    """The least padded work of `lens` in k buckets: runs of neighbours in sorted order."""
+    lens, inf = sorted(lens), float("inf")
+    best = [0] + [inf] * len(lens)
+    for _ in range(k):
+        best = [inf] + [
+            min(best[i] + (j - i) * lens[j - 1] for i in range(j))
+            for j in range(1, len(lens) + 1)
+        ]
+    return best[-1]
+
+
+def test_fewest_buckets_counts_the_total_waste(learner):
+    """[10, 100, 1, 90, 9] at 10%: {1, 9, 10} and {90, 100} pad 230 positions for 210 tokens
+    (8.7%), though the short bucket alone wastes a third: the limit is on the total."""
+    check_equal(
+        learner.fewest_buckets([10, 100, 1, 90, 9], 0.10), 2, "fewest_buckets(..., 0.10)"
+    )
+    check_equal(
+        learner.fewest_buckets([10, 100, 1, 90, 9], 0.05), 3, "fewest_buckets(..., 0.05)"
+    )
+
+
+def test_fewest_buckets_ignores_the_arrival_order(learner):
+    """A bucket is any set of requests, not a run of the batch as it came: [90, 1, 100, 9, 10]
+    needs 2 buckets at 10% too."""
+    check_equal(
+        learner.fewest_buckets([90, 1, 100, 9, 10], 0.10), 2, "fewest_buckets(..., 0.10)"
+    )
+
+
+def test_no_waste_needs_a_bucket_per_distinct_length(learner):
+    """At 0%, every distinct length gets its own bucket; equal lengths need one."""
+    check_equal(
+        learner.fewest_buckets([3, 1, 2, 3, 1], 0.0), 3, "fewest_buckets([3,1,2,3,1], 0)"
+    )
+    check_equal(learner.fewest_buckets([7, 7, 7], 0.0), 1, "fewest_buckets([7, 7, 7], 0)")
+
+
+def test_random_batches_get_the_fewest_buckets(learner):
+    """Any batch and limit: k buckets suffice when the best k-bucket split is under the limit,
+    and k - 1 do not."""
+    rng = random.Random(2)
+    for case in range(60):
+        lens = [rng.choice([1, rng.randint(1, 3000)]) for _ in range(rng.randint(1, 10))]
+        limit = rng.choice([0.0, 0.02, 0.1, 0.25, 0.5, 0.8])
+        real = sum(lens)
+        want = next(
+            k
+            for k in range(1, len(lens) + 1)
+            if 1 - real / least_padded(lens, k) <= limit + 1e-12
+        )
+        check_equal(
+            learner.fewest_buckets(list(lens), limit),
+            want,
+            f"case {case}: fewest_buckets({lens}, {limit})",
+        )
+
+
+@pytest.mark.parametrize("limit", [-0.1, 1.0, 1.5])
+def test_a_waste_limit_outside_0_1_raises_value_error(learner, limit):
+    """A limit below 0 or at 1 and above is not a fraction of the padded work."""
+    error = check_raises(
+        ValueError,
+        learner.fewest_buckets,
+        [3, 1],
+        limit,
+        what=f"fewest_buckets([3, 1], {limit})",
+    )
+    check_names(error, limit, f"fewest_buckets([3, 1], {limit})")

@@ -41,3 +41,21 @@ def pack(token_lists: list[list[int]]) -> tuple[list[int], list[int]]:
 def unpack(flat: list[int], query_start_loc: list[int]) -> list[list[int]]:
     """The token lists back from a packed batch."""
     return [list(flat[a:b]) for a, b in zip(query_start_loc, query_start_loc[1:])]
+
+
+def fewest_buckets(query_lens: list[int], max_waste: float) -> int:
+    """The fewest buckets, each padded to its own longest request, whose padding is at most
+    max_waste of their padded work in all."""
+    if not 0 <= max_waste < 1:
+        raise ValueError(f"max_waste {max_waste!r}: expected 0 <= max_waste < 1")
+    lens = sorted(query_lens)
+    n, real = len(lens), sum(lens)
+    inf = float("inf")
+    best = [0] + [inf] * n
+    for k in range(1, n + 1):
+        best = [inf] + [
+            min(best[i] + (j - i) * lens[j - 1] for i in range(j)) for j in range(1, n + 1)
+        ]
+        if 1 - real / best[n] <= max_waste + 1e-12:
+            return k
+    return n
