@@ -247,6 +247,8 @@ def test_a_request_refiles_its_own_copy_when_the_shared_copy_is_evicted():
     assert m.allocate_slots(
         seq("x", [0] * 20), 20
     )  # takes every free block: a's filed blocks are evicted
+    m.cache_full_blocks(b)  # no new full block: nothing is refiled yet
+    assert m.lookup(b.prompt_ids) == [], "b's copies are found only once b fills a new block"
     b.num_computed = 17
     m.cache_full_blocks(b)
     assert m.lookup(b.prompt_ids) == b.block_table[:4], (

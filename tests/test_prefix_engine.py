@@ -348,6 +348,22 @@ def test_shared_prefix_bench_quick_run_saves_a_table(tmp_path, capsys):
         assert off["hit_tokens"] == 0 and on["hit_tokens"] > 0
         assert off["prompt_tokens_computed"] - on["prompt_tokens_computed"] == on["hit_tokens"]
     assert "fewer prompt tokens" in capsys.readouterr().out
+    for row in rows.values():  # the mean TTFT splits into the wait and the rest
+        assert row["wait_mean"] + row["admitted_to_first_token_mean"] == pytest.approx(
+            row["ttft_mean"]
+        )
+
+
+def test_shared_prefix_bench_times_the_wait_before_admission(model):
+    """With one request running at a time, the second waits at least until the first has its
+    first token; the first is admitted at once."""
+    from minillm.bench.prefix import serve
+
+    engine = LLMEngine(model, max_num_seqs=1, eos_token_id=None)
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    outs, waits = serve(engine, [[1, 2, 3, 4, 5], [6, 7, 8]], params)
+    assert [len(o.token_ids) for o in outs] == [3, 3]
+    assert waits[0] < outs[0].ttft < waits[1] < outs[1].ttft
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ Every request is the same `--system-len`-token system prompt followed by its own
 `--user-lens` tokens; each asks for `--max-tokens` greedy tokens (EOS ignored). The same seeded
 requests run through two engines that differ only in `enable_prefix_caching`, in two ways:
 (a) queued: all requests submitted at once, up to `--concurrency` running together (throughput,
-and TTFT including the wait in the queue); (b) alone: one request at a time, so TTFT is the
-prefill alone. Each timed round uses fresh engines, so every round starts with an empty cache.
-Token counts come from the engines' plans and are exact; times are medians over `--repeats`
-rounds after a warm-up.
+and TTFT including the wait in the queue, also timed on its own); (b) alone: one request at a
+time, so TTFT is the prefill alone. Each timed round uses fresh engines, so every round starts
+with an empty cache. Token counts come from the engines' plans and are exact; times are medians
+over `--repeats` rounds after a warm-up.
 """
 
 from __future__ import annotations
@@ -77,21 +77,42 @@ def run(
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     t = time.perf_counter()
     if alone:
-        outs = [engine.generate([p], params, progress=False)[0] for p in prompts]
+        served = [serve(engine, [p], params) for p in prompts]
+        outs = [out for outs_, _ in served for out in outs_]
+        waits = [w for _, waits_ in served for w in waits_]
     else:
-        outs = engine.generate(prompts, params, progress=False)
+        outs, waits = serve(engine, prompts, params)
     seconds = time.perf_counter() - t
     assert all(len(o.token_ids) == max_tokens for o in outs)
     prefill = sum(c.num_new for p in engine.plans for c in p.chunks if c.kind != "decode")
     return dict(
         seconds=seconds,
         ttft=[o.ttft for o in outs],
+        wait=waits,
         tokens=[o.token_ids for o in outs],
         prompt_tokens_computed=prefill,
         hit_tokens=engine.stats.num_hit_tokens,
         hit_rate=engine.stats.hit_rate,
         preemptions=sum(o.num_preemptions for o in outs),
     )
+
+
+def serve(engine, prompts, params) -> tuple[list, list[float]]:
+    """engine.generate's loop, also timing each request's wait: from its submission to the
+    start of the step that admits it (its TTFT is that wait plus the time to its first token
+    once admitted)."""
+    ids = [engine.add_request(p, params) for p in prompts]
+    added = {i: engine.timings[i].added for i in ids}
+    admitted, outs = {}, {}
+    while engine.has_unfinished():
+        start = time.perf_counter()
+        events = engine.step()
+        for rid in [s.request_id for s in engine.scheduler.running] + [
+            ev.request_id for ev in events if ev.output is not None
+        ]:  # a request may finish in the step that admits it
+            admitted.setdefault(rid, start)
+        outs.update({ev.request_id: ev.output for ev in events if ev.output is not None})
+    return [outs[i] for i in ids], [admitted[i] - added[i] for i in ids]
 
 
 FULL_RUN = dict(
@@ -221,11 +242,15 @@ def main(argv=None) -> int:
             "a round produced different tokens"
         )
         ttfts = [statistics.median(x["ttft"][i] for x in rs) for i in range(len(prompts))]
+        waits = [statistics.median(x["wait"][i] for x in rs) for i in range(len(prompts))]
         result[f"{'alone' if alone else 'queued'}, caching {'on' if enable else 'off'}"] = dict(
             seconds=statistics.median(x["seconds"] for x in rs),
             ttft_mean=statistics.mean(ttfts),
             ttft_p50=statistics.median(ttfts),
             ttft_p90=sorted(ttfts)[int(0.9 * (len(ttfts) - 1))],
+            # the mean TTFT split: waiting to be admitted, then admission to the first token
+            wait_mean=statistics.mean(waits),
+            admitted_to_first_token_mean=statistics.mean(t - w for t, w in zip(ttfts, waits)),
             prompt_tokens_computed=first["prompt_tokens_computed"],
             hit_tokens=first["hit_tokens"],
             hit_rate=first["hit_rate"],
@@ -293,6 +318,13 @@ def print_table(
             f"{r['ttft_mean'] * 1e3:>7.1f} ms | {r['ttft_p50'] * 1e3:>6.1f} ms | "
             f"{r['ttft_p90'] * 1e3:>6.1f} ms"
         )
+    for name, r in result.items():
+        if "wait_mean" in r:
+            print(
+                f"{name:<22} | TTFT mean = {r['wait_mean'] * 1e3:.1f} ms waiting to be "
+                f"admitted + {r['admitted_to_first_token_mean'] * 1e3:.1f} ms from admission "
+                "to the first token"
+            )
     ok = same
     for kind in ("queued", "alone"):
         off, on = result[f"{kind}, caching off"], result[f"{kind}, caching on"]

@@ -302,7 +302,8 @@ class KVCacheManager:
 
         If an identical block is already filed (two requests computed the same prefix at once),
         seq's copy stays unfiled and the filed one stands for it in seq's chain, so seq's later
-        blocks chain onto it.
+        blocks chain onto it. If that filed copy is evicted, seq's own copies are filed in its
+        place, but only on a call that finds a new full block; until then the prefix is missed.
         """
         if not self.enable_caching:
             return

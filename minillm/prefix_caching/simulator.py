@@ -185,11 +185,13 @@ def simulate_scheduling(
     window: int,
     policy: str = "fcfs",
 ) -> SimResult:
-    """Serve the traffic through a KVCacheManager, `window` requests waiting at a time.
+    """Serve the traffic through a KVCacheManager in consecutive batches of `window` requests.
 
-    policy "fcfs" serves each window in arrival order; "lpm" (SGLang's longest prefix match)
-    serves next the waiting request with the longest cached prefix now, never a next turn
-    before the turn it follows. Hits are reported per request in arrival order.
+    Each batch is served to its last request, one request at a time (each finishes before the
+    next starts), before the next batch arrives. policy "fcfs" serves a batch in arrival order;
+    "lpm" (SGLang's longest prefix match) serves next the request of the batch with the longest
+    cached prefix now, never a next turn before the turn it follows. Hits are reported per
+    request in arrival order.
     """
     if policy not in ("fcfs", "lpm"):
         raise ValueError(f"policy is {policy!r}: expected 'fcfs' or 'lpm'")
