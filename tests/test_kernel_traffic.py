@@ -127,3 +127,21 @@ def test_the_torch_reference_moves_what_its_code_says(
     assert counted == model
     distinct = 2 * sum(seq_lens) * kv_heads * 8
     assert model.kv_read + model.kv_written > 2 * distinct  # at least one copy of every row
+
+
+@needs_interpreter
+def test_the_torch_store_takes_two_operations_and_the_cache_write_one_launch():
+    from minillm.kernels.cache_write import triton_cache_write
+    from minillm.kernels.traffic import count_torch_ops, count_traffic
+
+    _, kv, _, _ = batch([40], [1], 2, 1, 8)
+    k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    slots = torch.tensor([1, 17, 39])
+    with count_torch_ops(kv.k[0], kv.v[0]) as store:
+        kv.store(0, slots, k, v)
+    assert store.operations == 2  # one index_copy_ for K, one for V
+    assert [name for name, _, _ in store.ops] == ["aten.index_copy_.default"] * 2
+    with count_traffic() as write:
+        triton_cache_write(k, v, kv.k[0], kv.v[0], slots)
+    assert write.programs == 3  # one launch, one program per new token: K and V together
+    assert write.loaded["k_ptr"] == write.loaded["v_ptr"] == 3 * 2 * 8

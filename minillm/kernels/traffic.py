@@ -112,7 +112,7 @@ def count_traffic():
         del builder.create_masked_load, builder.set_grid_idx  # back to the class's methods
 
 
-# aten operations that relabel a tensor (or only allocate one): no kernel, no data moved
+# aten operations that relabel a tensor (or only allocate one): no data moved, not counted
 _NO_LAUNCH = {
     "aten.view.default",
     "aten._unsafe_view.default",
@@ -133,10 +133,10 @@ class TorchCost:
     """What the torch reference asks of a GPU in one layer: its operations and the K/V they
     move."""
 
-    launches: int = 0  # aten operations that compute or copy: each is a kernel launch on a GPU
+    operations: int = 0  # aten operations that compute or copy, as torch's dispatcher sees them
     kv_read: int = 0  # K and V elements read, every operation together
     kv_written: int = 0  # K and V elements written: the copies the reference makes of them
-    # what count_torch_ops saw, one entry per launch: (aten operation, K/V read, K/V written);
+    # what count_torch_ops saw, one entry per operation: (aten name, K/V read, K/V written);
     # left out of ==, so that a count compares equal to the computed totals
     ops: list[tuple[str, int, int]] = field(default_factory=list, compare=False, repr=False)
 
@@ -152,7 +152,7 @@ def count_torch_ops(k_cache, v_cache):
     K/V is the storage of the two caches and every copy made of it (a gather, a clone). An
     operation reads each K/V operand whole, as the operation sees it (a K expanded to all query
     heads counts once per query head), except a gather, which reads only the rows it takes.
-    Views launch nothing and are not counted. `ops` lists each counted operation in order.
+    Views move no data and are not counted. `ops` lists each counted operation in order.
     """
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -170,7 +170,7 @@ def count_torch_ops(k_cache, v_cache):
             name = str(func)
             if name in _NO_LAUNCH:
                 return out
-            cost.launches += 1
+            cost.operations += 1
             inputs = tree_flatten((args, kwargs or {}))[0]
             if name == "aten.copy_.default":
                 inputs = inputs[1:]  # copy_(dest, src) reads only src
@@ -220,7 +220,7 @@ def torch_reference_traffic(
         # query heads by repeat_interleave (a read and a write of every copy) and read by
         # scaled_dot_product_attention. Operations: 2 gathers, 2 repeats, the mask (ones,
         # tril; in attention 2 scalars and a where), the attention, the copy into the output.
-        cost.launches += 11
+        cost.operations += 11
         cost.kv_read += 2 * (gathered + 2 * repeated)
         cost.kv_written += 2 * (gathered + repeated)
     return cost
