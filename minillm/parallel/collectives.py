@@ -22,6 +22,7 @@ from datetime import timedelta
 import torch
 
 from minillm.checking import check_int
+from minillm.parallel.processes import end_processes
 
 HOST = "127.0.0.1"
 
@@ -68,15 +69,7 @@ def _stop(procs: list, conns: list) -> None:
             conn.send(None)
         except (OSError, ValueError):
             pass
-    for p in procs:
-        p.join(2.0)
-        if p.is_alive():
-            p.kill()
-            p.join(5.0)
-    for conn in conns:
-        conn.close()
-    procs.clear()
-    conns.clear()
+    end_processes(procs, conns, grace_s=2.0)
 
 
 class GlooAllReduce:

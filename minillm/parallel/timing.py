@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from minillm.checking import check_int
 from minillm.parallel.collectives import HOST
 from minillm.parallel.layers import TensorParallelGroup
-from minillm.parallel.workers import RankTimes, _start_without_main
+from minillm.parallel.processes import end_processes, start_without_main
+from minillm.parallel.workers import RankTimes
 
 STORE_TIMEOUT_S = 300  # spawned ranks import torch first: slow on a loaded machine
 
@@ -114,7 +115,7 @@ def _start_ranks(target, per_rank: list[tuple]) -> tuple[list, list]:
     for args in per_rank:
         mine, theirs = ctx.Pipe()
         p = ctx.Process(target=target, args=(*args, theirs), daemon=True)
-        _start_without_main(p)
+        start_without_main(p)
         theirs.close()
         procs.append(p)
         conns.append(mine)
@@ -293,13 +294,7 @@ def _join_all(procs, conns, timeout_s: float = 300.0) -> list:
                 raise TimeoutError(f"the timing processes did not answer within {timeout_s} s")
         return [c.recv() for c in conns]
     finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-        for c in conns:
-            c.close()
+        end_processes(procs, conns, grace_s=10.0)
 
 
 def concurrent_shard_forward_times(

@@ -24,10 +24,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
-import sys
 import threading
 import time
-import types
 import weakref
 from dataclasses import dataclass
 from datetime import timedelta
@@ -39,6 +37,7 @@ from minillm.checking import check_float, check_int
 from minillm.model import Transformer
 from minillm.paged import PagedKVCache
 from minillm.parallel.layers import TensorParallelGroup, weight_bytes
+from minillm.parallel.processes import end_processes, start_without_main
 from minillm.runner import BatchInput, ModelRunner
 
 TIMEOUT_ENV = "MINILLM_TP_TIMEOUT_S"  # seconds a collective may wait for the other ranks
@@ -183,17 +182,7 @@ def _shutdown(procs: list, conns: list, owns_group: list) -> None:
                 conn.send(("stop",))
             except (OSError, ValueError):
                 pass
-    deadline = time.monotonic() + 3.0
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()  # SIGKILL also ends a stopped or hung process
-            p.join(5.0)
-    for conn in conns:
-        conn.close()
-    procs.clear()
-    conns.clear()
+    end_processes(procs, conns, grace_s=3.0)
     if owns_group and owns_group[0] and dist.is_initialized():
         try:
             dist.destroy_process_group()
@@ -202,20 +191,6 @@ def _shutdown(procs: list, conns: list, owns_group: list) -> None:
         ):  # a group broken by a dead peer may refuse; the process is leaving it anyway
             pass
     owns_group[:] = [False]
-
-
-def _start_without_main(p) -> None:
-    """Start a spawned process without re-running the caller's script in it: spawn imports
-    `__main__` in
-    the child, which would run an unguarded script (or a notebook's kernel module) a second
-    time. The worker's target lives in this module, so the child needs nothing from
-    `__main__`."""
-    main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        p.start()
-    finally:
-        sys.modules["__main__"] = main
 
 
 class TensorParallelWorkers:
@@ -291,7 +266,7 @@ class TensorParallelWorkers:
                         os.getpid(),
                     ),
                 )
-                _start_without_main(p)
+                start_without_main(p)
                 theirs.close()
                 self.procs.append(p)
                 self.conns.append(mine)

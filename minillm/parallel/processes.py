@@ -1,0 +1,44 @@
+"""parallel/processes.py — starting and ending the helper processes every parallel module runs.
+
+    start_without_main(p)                  # spawn p without re-running the caller's script
+    end_processes(procs, conns, grace_s)   # wait, then kill the stragglers; close the pipes
+
+Asking the processes to stop is each protocol's own business (a `None`, a `("stop",)`, an
+answer it waits for); what follows the asking is the same everywhere, and lives here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+
+def start_without_main(p) -> None:
+    """Start a spawned process without re-running the caller's script in it: spawn imports
+    `__main__` in the child, which would run an unguarded script (or a notebook's kernel module)
+    a second time. The targets live in minillm's modules, so the child needs nothing from
+    `__main__`."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        p.start()
+    finally:
+        sys.modules["__main__"] = main
+
+
+def end_processes(procs: list, conns: list, grace_s: float) -> None:
+    """Give the processes `grace_s` seconds in all to exit, kill those still running (SIGKILL
+    also ends a stopped or hung process), close the pipes, and empty both lists; safe to call
+    twice."""
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(5.0)  # a process just killed needs a moment to be reaped
+    for conn in conns:
+        conn.close()
+    procs.clear()
+    conns.clear()
