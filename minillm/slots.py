@@ -3,8 +3,9 @@
 The first way to serve several requests at once: make the cache of chapter 2 one dimension
 bigger. Per layer, K and V become [max_batch, max_ctx, kv_heads, head_dim]; a request is handed
 a slot (a row) when it arrives and gives it back when it finishes, and the slot's offset (its
-number of stored tokens) says where its next token goes. Requests still run one at a time
-through the model (serial prefill and decode); the cache just holds many at once.
+number of stored tokens) says where its next token goes. Prefill runs one request per forward;
+decode runs either one request per forward or every running request in one forward
+(`one_forward_decode_step`), which is what the shared buffer makes possible.
 
 The price is memory: each slot reserves max_ctx tokens whether the request uses 30 or 30,000.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from minillm.kv_cache import KVCache, forward_cached, kv_bytes_per_token
 from minillm.model import Transformer
@@ -163,6 +165,15 @@ def write_step(
     layer and tensor, instead of N `SlotView.update` calls; like `update`, it leaves the offsets
     as they are. Checks every slot before it writes anything.
     """
+    rows, cols = _step_index(cache, slots)
+    for layer in range(len(cache.k)):
+        cache.k[layer][rows, cols] = k[layer]
+        cache.v[layer][rows, cols] = v[layer]
+
+
+def _step_index(cache: SlotKVCache, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check that each of `slots` can take one more token; return (slots, offsets) as [N]
+    tensors."""
     if len(set(slots)) != len(slots):
         raise ValueError(
             f"slots {slots}: a slot appears twice, so one of its writes would be lost"
@@ -175,9 +186,51 @@ def write_step(
     device = cache.k[0].device
     rows = torch.tensor(slots, device=device)
     cols = torch.tensor([cache.lengths[s] for s in slots], device=device)
-    for layer in range(len(cache.k)):
-        cache.k[layer][rows, cols] = k[layer]
-        cache.v[layer][rows, cols] = v[layer]
+    return rows, cols
+
+
+class SlotBatchView:
+    """N running slots seen as one attention backend for one decode step: the model gets the N
+    new tokens as a batch [N, 1] and never learns that the rows live in different slots.
+
+    Each layer stores the N new K/V with `write_step`'s one indexed write, then attends over
+    the N histories padded to the longest, `k[layer][slots, :longest]`, with a mask that hides
+    each row's positions past its own length. A masked key gets weight 0, but 0 x NaN is NaN:
+    safe because the buffers start as zeros and only finite K/V are ever written.
+    """
+
+    def __init__(self, cache: SlotKVCache, slots: list[int]):
+        self.cache, self.slots = cache, slots
+        self.rows, self.offsets = _step_index(cache, slots)  # [N], [N]: where new tokens go
+        self.seq_lens = [cache.lengths[s] + 1 for s in slots]  # each history after the step
+        longest = max(self.seq_lens)
+        seen = torch.arange(longest, device=self.rows.device) < self.offsets[:, None] + 1
+        self.mask = seen[:, None, None, :]  # [N, 1, 1, longest]: row i sees 0..seq_lens[i]-1
+
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """q [N, 1, H, hd], k, v [N, 1, KV, hd] -> [N, 1, H, hd]."""
+        self.cache.k[layer][self.rows, self.offsets] = k[:, 0]
+        self.cache.v[layer][self.rows, self.offsets] = v[:, 0]
+        longest, H = self.mask.shape[-1], q.shape[2]
+        k_all = self.cache.k[layer][self.rows, :longest]  # [N, longest, KV, hd]
+        v_all = self.cache.v[layer][self.rows, :longest]
+        k_all = k_all.repeat_interleave(H // k_all.shape[2], dim=2)  # [N, longest, H, hd]
+        v_all = v_all.repeat_interleave(H // v_all.shape[2], dim=2)
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k_all.transpose(1, 2),
+            v_all.transpose(1, 2),
+            attn_mask=self.mask,
+            scale=scale,
+        )  # [N, H, 1, hd]
+        return o.transpose(1, 2)
+
+    def advance(self) -> None:
+        """Count the step's token in every slot, once every layer has stored it."""
+        for s in self.slots:
+            self.cache.lengths[s] += 1
 
 
 @torch.no_grad()
@@ -285,6 +338,35 @@ def batch_decode_step(
             _take(r, decode(model, cache, r.request_id, r.generated[-1]))
         if r.finished and r.request_id in cache.request_to_slot:
             cache.free_slot(r.request_id)
+
+
+@torch.no_grad()
+def one_forward_decode_step(
+    model: Transformer, cache: SlotKVCache, requests: list[SlotRequest]
+) -> list[int]:
+    """`batch_decode_step` in one forward: every unfinished request's next token, as a batch
+    [N, 1] over their slots. Finished requests free their slot. Returns the N history lengths
+    the step attended over (each request's, including its new token)."""
+    running = [r for r in requests if not r.finished]
+    if not running:
+        return []
+    slots = [cache.slot_of(r.request_id) for r in running]
+    for r, s in zip(running, slots):  # checked before any layer writes
+        if cache.lengths[s] == 0:
+            raise ValueError(
+                f"request {r.request_id!r} has an empty slot {s}: prefill it before decoding"
+            )
+    ids = [r.generated[-1] for r in running]
+    model.check_token_ids(ids)
+    batch = SlotBatchView(cache, slots)  # checks every slot can take one more token
+    input_ids = torch.tensor(ids, device=cache.k[0].device)[:, None]  # [N, 1]
+    logits = model(input_ids, batch.offsets[:, None], batch, logits_indices=[-1])  # [N, 1, V]
+    batch.advance()
+    for r, row in zip(running, logits[:, -1]):
+        _take(r, row)
+        if r.finished:
+            cache.free_slot(r.request_id)
+    return batch.seq_lens
 
 
 def _take(r: SlotRequest, logits: torch.Tensor) -> None:

@@ -17,6 +17,7 @@ from minillm.slots import (
     batch_decode_step,
     batch_prefill,
     decode,
+    one_forward_decode_step,
     prefill,
     reserved_kv_bytes,
     sample_length_mix,
@@ -303,3 +304,59 @@ def test_slot_view_offers_what_forward_cached_reads_and_its_docstring_names_it()
     assert cache.lengths == [0, 3] and view.length == 3
     for member in ["length", "max_len", "update", "attend", "advance"]:
         assert f"`.{member}" in SlotView.__doc__, f"SlotView's docstring omits .{member}"
+
+
+# --- every running slot in one forward
+#   ---------------------------------------------------------------------
+
+
+def test_one_forward_decode_gives_the_serial_runs_tokens(small):
+    """Slots of different lengths, one of them reused (stale K/V past its length), decoded
+    together: the same tokens as one forward per request, logits equal to rounding."""
+    specs = [("a", list(range(1, 21)), 3), ("b", [7, 8], 5), ("c", [3, 1, 4, 1, 5], 4)]
+    runs = {}
+    for step in (batch_decode_step, one_forward_decode_step):
+        cache = SlotKVCache.for_model(small, max_batch=2, max_ctx=32)
+        reqs = [SlotRequest(*spec) for spec in specs]
+        waiting, running = list(reqs), []
+        while waiting or running:
+            while waiting and cache.num_free:  # c takes a's slot once a is done
+                batch_prefill(small, cache, [waiting[0]])
+                running.append(waiting.pop(0))
+            step(small, cache, running)
+            running = [r for r in running if not r.finished]
+        runs[step] = reqs
+        assert cache.num_free == 2
+    serial, batched = runs.values()
+    for s, b in zip(serial, batched):
+        assert b.generated == s.generated, f"request {b.request_id}"
+        assert (torch.stack(b.logits) - torch.stack(s.logits)).abs().max().item() < 1e-4
+
+
+def test_one_forward_decode_masks_each_slot_past_its_length(small):
+    """Garbage past a slot's length (what the padding holds) must not change its logits."""
+    logits = []
+    for garbage in (0.0, 1e4):
+        cache = SlotKVCache.for_model(small, max_batch=2, max_ctx=16)
+        reqs = [SlotRequest("long", list(range(1, 11)), 2), SlotRequest("short", [5], 2)]
+        batch_prefill(small, cache, reqs)
+        for layer in range(len(cache.k)):  # the short slot's padding positions
+            cache.k[layer][1, 1:] = garbage
+            cache.v[layer][1, 1:] = garbage
+        lens = one_forward_decode_step(small, cache, reqs)
+        assert lens == [11, 2]
+        logits.append(reqs[1].logits[-1])
+    assert torch.equal(logits[0], logits[1])
+
+
+def test_one_forward_decode_checks_before_writing(small):
+    cache = SlotKVCache.for_model(small, max_batch=2, max_ctx=4)
+    full, empty = SlotRequest("full", [1, 2, 3, 4], 3), SlotRequest("empty", [1], 3)
+    batch_prefill(small, cache, [full])
+    before = [t.clone() for t in cache.k]
+    with pytest.raises(ValueError, match="max_ctx=4"):
+        one_forward_decode_step(small, cache, [full])
+    cache.allocate_slot("empty")
+    with pytest.raises(ValueError, match="request 'empty' has an empty slot 1"):
+        one_forward_decode_step(small, cache, [full, empty])
+    assert cache.lengths == [4, 0] and all(torch.equal(a, b) for a, b in zip(before, cache.k))
