@@ -11,8 +11,11 @@ padded batch has no padding), one decode step of one layer's attention is timed 
 
 - `triton`: `triton_paged_attention`, one launch over the flat batch, K/V read through the block
   tables;
-- `split`: `split_decode_attention`, the flash-decoding kernels (segments of the context, GQA
-  heads packed);
+- `split`: `split_decode_attention`, the flash-decoding kernels (segments of 256 keys, GQA
+  heads packed, then the merge);
+- `unsplit`: the same segment kernel with one segment per context (GQA heads packed, no merge);
+  the backend picks `split` or `unsplit` by `decode_segment` (the `backend` column), so the two
+  columns time what that rule decides;
 - `torch`: chapter 4's padded decode path (`PagedAttention.decode`: gather the blocks, then
   matmuls);
 - `sdpa`: `torch.nn.functional.scaled_dot_product_attention` on K/V already laid out
@@ -132,8 +135,9 @@ def timed(fn, iters: int, cuda: bool) -> float:
 
 
 def one_shape(B: int, L: int, args, device, dtype) -> dict:
-    from minillm.kernels.split_decode import split_decode_attention
+    from minillm.kernels.split_decode import BLOCK_N, decode_segment, split_decode_attention
     from minillm.kernels.triton_attention import triton_paged_attention
+    from minillm.kernels.triton_runtime import multiprocessors
     from minillm.paged import PagedAttention, PagedKVCache
 
     H, KV, hd, bs = args.num_heads, args.kv_heads, args.head_dim, args.block_size
@@ -160,6 +164,16 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
             q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale
         )
 
+    whole = -(-L // BLOCK_N) * BLOCK_N  # one segment per context, whole tiles
+
+    def run_unsplit():
+        return split_decode_attention(
+            q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale, whole
+        )
+
+    # what the backend runs for this step: more than one segment per context is the split
+    split = decode_segment(B, KV, L, multiprocessors(device)) < L
+
     def run_torch():
         return attn.decode(0, q, scale)
 
@@ -177,6 +191,7 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
     err_triton = max(
         (run_triton().float() - want).abs().max().item(),
         (run_split().float() - want).abs().max().item(),
+        (run_unsplit().float() - want).abs().max().item(),
     )
     err_sdpa = (run_sdpa()[:, :, 0].float() - want).abs().max().item()
     cuda = device.type == "cuda"
@@ -185,6 +200,7 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
         for name, fn in [
             ("triton", run_triton),
             ("split", run_split),
+            ("unsplit", run_unsplit),
             ("torch", run_torch),
             ("sdpa", run_sdpa),
         ]
@@ -194,6 +210,7 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
     return dict(
         batch=B,
         context=L,
+        backend="split" if split else "unsplit",
         bytes=nbytes,
         seconds=seconds,
         err_triton=err_triton,
@@ -234,13 +251,13 @@ def main(argv=None) -> int:
         f"{args.dtype}, {args.num_heads} query / {args.kv_heads} KV heads of {args.head_dim}, "
         f"block size {args.block_size}"
     )
-    names = ("triton", "split", "torch", "sdpa")
+    names = ("triton", "split", "unsplit", "torch", "sdpa")
     head = (
         f"{'B':>3} {'context':>8} {'K/V MB':>8} | "
         + " ".join(f"{n:>9}" for n in names)
         + " (us) | "
         + " ".join(f"{n:>7}" for n in names)
-        + f" (GB/s) | {'split % peak':>12} | {'err':>7}"
+        + f" (GB/s) | {'backend':>7} {'% peak':>6} | {'err':>7}"
     )
     print(head + "\n" + "-" * len(head))
     rows = []
@@ -256,10 +273,11 @@ def main(argv=None) -> int:
                 continue
             r = one_shape(B, L, args, device, dtype)
             rows.append(r)
-            frac = (
-                f"{r['gbps']['split'] * 1e9 / peak:12.1%}"
+            # the kernel the backend runs for this step, and its fraction of the peak
+            frac = f"{r['backend']:>7} " + (
+                f"{r['gbps'][r['backend']] * 1e9 / peak:6.1%}"
                 if peak and not args.cpu_smoke
-                else f"{'-':>12}"
+                else f"{'-':>6}"
             )
             print(
                 f"{B:>3} {L:>8} {r['bytes'] / 1e6:>8.1f} | "

@@ -122,6 +122,75 @@ def test_flash_decoding_equals_padded_decode_attention_for_any_segment(seed):
 
 
 @needs_triton
+def test_the_merge_takes_more_segments_than_its_tile_in_chunks():
+    from minillm.kernels.split_decode import MERGE_CHUNK, split_decode_attention
+    from minillm.paged import PagedAttention
+
+    # 1,300 keys in segments of 32: 41 segments, 3 chunks of 16 (the last partial); 500: 16
+    # segments, exactly one chunk; 20: one segment, in a batch that still merges
+    seq_lens, kv_heads, group, head_dim = [1300, 500, 20], 2, 2, 32
+    g = torch.Generator().manual_seed(3)
+    need = [-(-n // 16) for n in seq_lens]
+    pool = torch.randperm(sum(need), generator=g).tolist()
+    tables = [pool[sum(need[:i]) : sum(need[: i + 1])] for i in range(len(need))]
+    kv = PagedKVCache(1, len(pool), 16, kv_heads, head_dim, device=DEVICE)
+    kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
+    kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
+    q = torch.randn(3, kv_heads * group, head_dim, generator=g).to(DEVICE)
+    attn = PagedAttention(kv, tables, seq_lens, [0, 1, 2, 3])
+    lens = torch.tensor(seq_lens, device=DEVICE)
+    got = split_decode_attention(q, kv.k[0], kv.v[0], attn.block_tables, lens, 1300, 0.2, 32)
+    want = paged_decode_attention(q, kv, 0, tables, seq_lens, 0.2)
+    assert -(-1300 // 32) > 2 * MERGE_CHUNK
+    assert (got - want).abs().max().item() < TOL
+
+
+@needs_triton
+def test_a_step_is_split_only_when_its_unsplit_grid_leaves_multiprocessors_idle():
+    from minillm.kernels.split_decode import SEGMENT, decode_segment
+
+    # Qwen3-0.6B's 8 KV heads on an H100 SXM's 132 multiprocessors
+    assert decode_segment(1, 8, 32768, 132) == SEGMENT  # 8 programs: split
+    assert decode_segment(16, 8, 4096, 132) == SEGMENT  # 128 programs: split
+    assert decode_segment(17, 8, 4096, 132) == 4096  # 136 programs: one segment each
+    assert decode_segment(64, 8, 4000, 132) == 4000  # whole 32-key tiles
+    assert decode_segment(64, 8, 4001, 132) == 4032
+
+
+@needs_triton
+def test_an_unsplit_decode_step_is_one_launch_and_equals_the_reference():
+    from minillm.kernels.backend import TritonAttention
+    from minillm.kernels.split_decode import decode_segment
+    from minillm.kernels.triton_runtime import multiprocessors
+
+    kv_heads, group, head_dim = 8, 2, 16
+    batch = -(-multiprocessors(DEVICE) // kv_heads)  # enough (request, KV head) programs
+    g = torch.Generator().manual_seed(5)
+    seq_lens = [int(n) for n in torch.randint(1, 300, (batch,), generator=g)]
+    need = [-(-n // 16) for n in seq_lens]
+    pool = torch.randperm(sum(need), generator=g).tolist()
+    tables = [pool[sum(need[:i]) : sum(need[: i + 1])] for i in range(batch)]
+    kv = PagedKVCache(1, len(pool), 16, kv_heads, head_dim, device=DEVICE)
+    kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
+    kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
+    q = torch.randn(batch, kv_heads * group, head_dim, generator=g).to(DEVICE)
+    attn = TritonAttention(kv, tables, seq_lens, list(range(batch + 1)))
+    assert attn.segment == decode_segment(
+        batch, kv_heads, max(seq_lens), multiprocessors(DEVICE)
+    )
+    assert attn.segment >= max(seq_lens)  # one segment per context
+    got = attn.decode(0, q, 0.25)
+    want = paged_decode_attention(q, kv, 0, tables, seq_lens, 0.25)
+    assert (got - want).abs().max().item() < TOL
+    if interpreting():
+        from minillm.kernels.traffic import count_traffic
+
+        with count_traffic() as counted:
+            attn.decode(0, q, 0.25)
+        assert counted.programs == batch * kv_heads  # the segment kernel alone, no merge
+
+
+@needs_triton
 def test_flash_decoding_refuses_a_segment_that_is_not_whole_tiles():
     from minillm.kernels.split_decode import split_decode_attention
 

@@ -4,7 +4,9 @@ other code.
 `TritonAttention` is chapter 4's `PagedAttention` (its checks, its padded block tables) whose
 `attend` writes K/V with `reshape_and_cache_kernel` and attends with `paged_attention_kernel`,
 one launch each per layer for the whole mixed batch: no per-request loop. A step of decodes only
-takes the flash-decoding kernels of split_decode.py instead (segments of the context, merged).
+takes the kernels of split_decode.py instead: the group's query heads packed into one program,
+each context split into merged segments when one program per (request, KV head) would leave
+multiprocessors idle.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from __future__ import annotations
 import torch
 
 from minillm.kernels.cache_write import triton_cache_write
-from minillm.kernels.split_decode import split_decode_attention
+from minillm.kernels.split_decode import decode_segment, split_decode_attention
 from minillm.kernels.triton_attention import triton_paged_attention
-from minillm.kernels.triton_runtime import interpreting
+from minillm.kernels.triton_runtime import interpreting, multiprocessors
 from minillm.paged import PagedAttention, PagedKVCache
 
 
@@ -43,6 +45,10 @@ class TritonAttention(PagedAttention):
         )
         # sizes the segment axis of the flash-decoding grid
         self.max_seq_len = max(self.seq_lens)
+        # keys per decode program: split only where the unsplit grid leaves multiprocessors idle
+        self.segment = decode_segment(
+            len(self.seq_lens), kv.num_kv_heads, self.max_seq_len, multiprocessors(device)
+        )
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
@@ -73,8 +79,8 @@ class TritonAttention(PagedAttention):
         )
 
     def decode(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
-        """Only decodes (q [B, H, hd]): flash-decoding, each context split into segments merged
-        at the end."""
+        """Only decodes (q [B, H, hd]): the segment kernel, each context split into segments
+        merged at the end, or one segment each (self.segment decides)."""
         return split_decode_attention(
             q,
             self.kv.k[layer],
@@ -83,6 +89,7 @@ class TritonAttention(PagedAttention):
             self.seq_lens_t,
             self.max_seq_len,
             scale,
+            self.segment,
         )
 
 

@@ -6,8 +6,12 @@ context alone: a few long requests leave most of a GPU idle. Here each program t
 of SEGMENT keys of one request for one KV head, and its rows are the GROUP query heads that
 share that KV head (vLLM packs them the same way), so each K/V row is loaded once per group, not
 once per query head. Every program leaves a partial result (output, max, sum) of its segment; a
-second kernel merges a request's segments with the online-softmax rule: weights l_s * exp(m_s -
-max), then one division.
+second kernel merges a request's segments with the online-softmax rule, 16 segments at a time:
+weights l_s * exp(m_s - max), then one division.
+
+Splitting pays only when one program per (request, KV head) would leave multiprocessors idle;
+`decode_segment` decides, per step, and a step it does not split is one launch of the segment
+kernel with one segment per context, writing the output itself.
 """
 
 from __future__ import annotations
@@ -20,7 +24,18 @@ triton = load_triton()
 import triton.language as tl  # noqa: E402
 
 BLOCK_N = 32  # keys per step of a segment's loop
-SEGMENT = 256  # keys per program (a multiple of BLOCK_N)
+SEGMENT = 256  # keys per program when a step is split (a multiple of BLOCK_N)
+MERGE_CHUNK = 16  # segments the merge holds at once: its tile is [16, head_dim] at any context
+
+
+def decode_segment(batch: int, kv_heads: int, max_seq_len: int, sms: int) -> int:
+    """Keys per program of the segment kernel for a step of `batch` decodes on `sms`
+    multiprocessors. Unsplit, the grid is one program per (request, KV head): when that fills
+    every multiprocessor, a split adds programs and a merge launch and no busy multiprocessor,
+    so each context is one segment; otherwise segments of SEGMENT keys."""
+    if batch * kv_heads >= sms:
+        return triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment
+    return SEGMENT
 
 
 @triton.jit
@@ -46,20 +61,20 @@ def decode_segment_kernel(
     stride_bt,
     num_heads,
     max_segments,
+    segment,  # keys per program, a multiple of BLOCK_N
     GROUP: tl.constexpr,
     BLOCK_G: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    SEGMENT: tl.constexpr,
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     seg = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + req)
     # This request's context has fewer segments: the merge never reads this one.
-    if seg * SEGMENT >= seq_len:
+    if seg * segment >= seq_len:
         return
     rows = tl.arange(0, BLOCK_G)  # [BLOCK_G] the group's query heads, padded to tl.dot's 16
     row_ok = rows < GROUP
@@ -76,8 +91,8 @@ def decode_segment_kernel(
     l = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     # A decode sees its whole context: no causal mask.
-    seg_end = tl.minimum(seq_len, (seg + 1) * SEGMENT)
-    for start in range(seg * SEGMENT, seg_end, BLOCK_N):
+    seg_end = tl.minimum(seq_len, (seg + 1) * segment)
+    for start in range(seg * segment, seg_end, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
         key_ok = keys < seg_end
         block = tl.load(
@@ -133,33 +148,41 @@ def merge_segments_kernel(
     stride_oh,
     num_heads,
     max_segments,
+    segment,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    SEGMENT: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # segments merged at a time
 ):
     req = tl.program_id(0)
     head = tl.program_id(1)
-    num_segments = tl.cdiv(tl.load(seq_lens_ptr + req), SEGMENT)
-    segs = tl.arange(0, BLOCK_S)
-    seg_ok = segs < num_segments
+    num_segments = tl.cdiv(tl.load(seq_lens_ptr + req), segment)
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < HEAD_DIM
-    at = (req * num_heads + head) * max_segments + segs  # [BLOCK_S]
-    m_s = tl.load(part_m_ptr + at, mask=seg_ok, other=float("-inf"))
-    l_s = tl.load(part_l_ptr + at, mask=seg_ok, other=0.0)
-    o_s = tl.load(
-        part_o_ptr + at[:, None] * HEAD_DIM + dims[None, :],
-        mask=seg_ok[:, None] & dim_ok[None, :],
-        other=0.0,
-    )
-    m = tl.max(m_s, axis=0)
-    # each segment's sum, measured from the common max
-    w = tl.where(seg_ok, l_s * tl.exp(m_s - m), 0.0)  # [BLOCK_S]
-    o = tl.sum(w[:, None] * o_s, axis=0) / tl.sum(w, axis=0)  # [BLOCK_D]
+    first = (req * num_heads + head) * max_segments  # index of (req, head, segment 0)
+    m = tl.full([], float("-inf"), tl.float32)  # the running max, sum and weighted output
+    l = tl.full([], 0.0, tl.float32)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    # BLOCK_S segments at a time, merged into the running result by section 2's rule
+    for start in range(0, num_segments, BLOCK_S):
+        segs = start + tl.arange(0, BLOCK_S)
+        seg_ok = segs < num_segments
+        m_s = tl.load(part_m_ptr + first + segs, mask=seg_ok, other=float("-inf"))
+        l_s = tl.load(part_l_ptr + first + segs, mask=seg_ok, other=0.0)
+        o_s = tl.load(
+            part_o_ptr + (first + segs)[:, None] * HEAD_DIM + dims[None, :],
+            mask=seg_ok[:, None] & dim_ok[None, :],
+            other=0.0,
+        )  # [BLOCK_S, BLOCK_D]
+        m_new = tl.maximum(m, tl.max(m_s, axis=0))  # finite: each chunk has a segment with keys
+        # each sum, old and new, measured from the common max
+        w = tl.where(seg_ok, l_s * tl.exp(m_s - m_new), 0.0)  # [BLOCK_S]
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(w, axis=0)
+        acc = acc * alpha + tl.sum(w[:, None] * o_s, axis=0)  # [BLOCK_D]
+        m = m_new
     tl.store(
         out_ptr + req * stride_ob + head * stride_oh + dims,
-        o.to(out_ptr.dtype.element_ty),
+        (acc / l).to(out_ptr.dtype.element_ty),
         mask=dim_ok,
     )
 
@@ -176,7 +199,7 @@ def split_decode_attention(
 ) -> torch.Tensor:
     """q [B, H, hd], one new token per request, the last of its context; caches,
     block_tables [B, max_blocks] and seq_lens [B] as for triton_paged_attention.
-    segment: keys per program, a multiple of BLOCK_N. out [B, H, hd]."""
+    segment: keys per program, a multiple of BLOCK_N (see decode_segment). out [B, H, hd]."""
     if segment < BLOCK_N or segment % BLOCK_N:
         raise ValueError(f"segment is {segment!r}: expected a multiple of {BLOCK_N}")
     q = q.contiguous()
@@ -184,7 +207,10 @@ def split_decode_attention(
     KV = k_cache.shape[2]
     group = H // KV
     S = triton.cdiv(max_seq_len, segment)
-    part_o = torch.empty(B, H, S, hd, dtype=torch.float32, device=q.device)
+    out = torch.empty_like(q)
+    # one segment per context: its normalised output is the answer, stored into out ([B, H, hd]
+    # is [B, H, 1, hd]), and no merge runs
+    part_o = out if S == 1 else torch.empty(B, H, S, hd, dtype=torch.float32, device=q.device)
     part_m = torch.empty(B, H, S, dtype=torch.float32, device=q.device)
     part_l = torch.empty(B, H, S, dtype=torch.float32, device=q.device)
     decode_segment_kernel[(B, KV, S)](
@@ -208,15 +234,16 @@ def split_decode_attention(
         block_tables.stride(0),
         H,
         S,
+        segment,
         GROUP=group,
         BLOCK_G=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=hd,
         BLOCK_D=max(16, triton.next_power_of_2(hd)),
         BLOCK_SIZE=k_cache.shape[1],
         BLOCK_N=BLOCK_N,
-        SEGMENT=segment,
     )
-    out = torch.empty_like(q)
+    if S == 1:
+        return out
     merge_segments_kernel[(B, H)](
         out,
         part_o,
@@ -227,9 +254,9 @@ def split_decode_attention(
         out.stride(1),
         H,
         S,
+        segment,
         HEAD_DIM=hd,
         BLOCK_D=triton.next_power_of_2(hd),
-        BLOCK_S=max(16, triton.next_power_of_2(S)),
-        SEGMENT=segment,
+        BLOCK_S=MERGE_CHUNK,
     )
     return out

@@ -26,9 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from minillm.kernels.triton_runtime import interpreting
-
-H100_SMS = 132  # streaming multiprocessors of an H100 SXM
+from minillm.kernels.triton_runtime import H100_SMS, interpreting
 
 
 @dataclass

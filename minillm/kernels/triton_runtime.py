@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
+H100_SMS = 132  # streaming multiprocessors of an H100 SXM
 INSTALL_HINT = "pip install -e '.[kernels]'  (installs triton==3.9.0; `make test` does this)"
 
 
@@ -58,3 +59,14 @@ def interpreting() -> bool:
     """Whether kernels defined now run in Triton's interpreter (TRITON_INTERPRET set to a true
     value)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def multiprocessors(device) -> int:
+    """Streaming multiprocessors of a CUDA device; for the interpreter, an H100 SXM's, so that
+    decisions made from a grid's size are the ones that GPU would get."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return H100_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -1,5 +1,6 @@
-"""A request's K rows gathered through its block table by a Triton kernel, one program per tile
-of TILE positions."""
+"""A batch's K rows gathered through CSR page tables (FlashInfer's paged_kv_indptr,
+paged_kv_indices and paged_kv_last_page_len) by a Triton kernel, one program per request and
+tile of TILE positions."""
 
 import torch
 
@@ -14,22 +15,29 @@ TILE = 16  # positions per program in gather_k
 @triton.jit
 def gather_k_kernel(
     k_cache_ptr,
-    block_table_ptr,
+    kv_indptr_ptr,
+    kv_indices_ptr,
+    last_page_len_ptr,
+    out_start_ptr,
     out_ptr,
-    seq_len,
-    stride_block,
+    stride_page,
     stride_offset,
     ROW: tl.constexpr,
     BLOCK_ROW: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
     TILE: tl.constexpr,
 ):
-    """Program t copies positions t * TILE .. t * TILE + TILE - 1 (those below seq_len), each a
-    row of ROW numbers (all heads), into out."""
+    """Program (b, t) copies positions t * TILE .. t * TILE + TILE - 1 of request b (those below
+    its length), each a row of ROW numbers (all heads), into out from row out_start[b] on."""
     pass  # your kernel
 
 
-def gather_k(k_cache: torch.Tensor, block_table: list[int], seq_len: int) -> torch.Tensor:
-    """k_cache [num_blocks, block_size, kv_heads, head_dim] -> out [seq_len, kv_heads,
-    head_dim], by the kernel, TILE positions per program."""
+def gather_k(
+    k_cache: torch.Tensor,
+    kv_indptr: list[int],
+    kv_indices: list[int],
+    kv_last_page_len: list[int],
+) -> torch.Tensor:
+    """k_cache [num_pages, page_size, kv_heads, head_dim] -> out [total_tokens, kv_heads,
+    head_dim], the requests' K one after another, by the kernel."""
     raise NotImplementedError("gather_k")
