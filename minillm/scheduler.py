@@ -4,11 +4,11 @@ step.
 A request moves waiting -> running -> finished. Every step has a token budget
 (`max_num_batched_tokens`) and a cap on running requests (`max_num_seqs`). The scheduler first
 gives each running request what it needs (one token for a decode, the next chunk for a prompt
-still being prefilled), oldest first, then admits waiting requests first come, first served,
-cutting the last prompt into a chunk that fits the budget. KV blocks come from a `BlockPool`;
-when the pool runs dry, the newest running request is preempted: its blocks are freed and it
-goes back to the front of the queue, to recompute its prompt and the tokens it already produced
-when there is room again. Blocks are the `KVCacheManager`'s business
+still being prefilled) in the order they were (re)admitted, then admits waiting requests first
+come, first served, cutting the last prompt into a chunk that fits the budget. KV blocks come
+from a `BlockPool`; when the pool runs dry, the newest running request is preempted: its blocks
+are freed and it goes back to the front of the queue, to recompute its prompt and the tokens it
+already produced when there is room again. Blocks are the `KVCacheManager`'s business
 (prefix_caching/kv_cache_manager.py): with prefix caching on, a request being admitted first
 asks it for its cached prefix, and its first chunk starts after it.
 """
@@ -209,8 +209,8 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> StepPlan:
-        """Plan one step: running requests first (oldest first), then waiting ones, within the
-        budgets."""
+        """Plan one step: running requests first, in their order in `running` (the order of
+        their (re)admission), then waiting ones first come, first served, within the budgets."""
         budget, chunks, preempted = self.max_num_batched_tokens, [], []
         i = 0
         while i < len(self.running) and budget > 0:

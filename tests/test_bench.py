@@ -2,6 +2,7 @@
 workload."""
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -207,6 +208,21 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
         assert words in printed
     result = json.loads(out.read_text())
     assert result["note"] == "a test run"
+    # every ratio is saved round by round, paired with the baseline's round, median reported
+    base_s = result["seconds"]["one at a time @1"]
+    for r in result["rows"]:
+        engine_s = result["seconds"][f"engine @{r['concurrency']}"]
+        assert r["rounds"] == pytest.approx([b / e for b, e in zip(base_s, engine_s)])
+        assert r["engine_vs_one_at_a_time"] == pytest.approx(statistics.median(r["rounds"]))
+    assert result["single_request_latency_rounds"] == pytest.approx(
+        [e / b for b, e in zip(base_s, result["seconds"]["engine @1"])]
+    )
+    for name, splits in result["breakdown_rounds"].items():  # a split of every round
+        assert len(splits) == len(base_s)
+        for b, s in zip(
+            splits, result["seconds"][name if name != "one at a time" else "one at a time @1"]
+        ):
+            assert b["decode_s"] + b["prompt_s"] + b["other_s"] == pytest.approx(s)
     floor = result["floor"]
     assert floor["bandwidth_gb_per_s"] > 0 and floor["weight_bytes"] > 0
     assert floor["engine_decode_ms"] == pytest.approx(
@@ -231,6 +247,7 @@ def test_bench_quick_run_prints_and_saves_the_floor_steps_and_mixed_workload(tmp
         and result["mixed"]["engine_tokens_per_s"] > 0
     )
     assert "hf_tokens_per_s" not in result["mixed"]  # --no-hf: the engine alone
+    assert len(result["mixed"]["seconds"]["engine"]) == result["workload"]["repeats"]
     # the run's verdict and its saved list agree (the rule itself is checked below, in
     # test_a_ratio_above_c_or_above_its_ceiling_is_an_artifact; a quick run's timings are too
     # short to promise no artifact)
@@ -259,6 +276,17 @@ def test_a_ratio_above_c_or_above_its_ceiling_is_an_artifact():
         rows(1.8, 3.6), steps
     )  # below 4, above the ceiling 3.0
     assert "ceiling" in problem and "3.00x" in problem
+
+
+def test_a_target_is_judged_on_every_rounds_ratio():
+    from minillm.bench.report import spread_verdict
+
+    assert spread_verdict([1.83, 1.68, 1.28], 1.8) == "within noise"  # a median alone says MISS
+    assert spread_verdict([1.9, 1.85, 2.0], 1.8) == "ok"
+    assert spread_verdict([1.5, 1.6, 1.7], 1.8) == "MISS"
+    assert spread_verdict([1.06, 1.18, 1.24], 1.05, at_most=True) == "MISS"
+    assert spread_verdict([1.01, 1.02, 1.04], 1.05, at_most=True) == "ok"
+    assert spread_verdict([1.01, 1.08], 1.05, at_most=True) == "within noise"
 
 
 def test_forms_time_weights_that_exceed_the_cache():

@@ -187,8 +187,9 @@ def measure_mixed(
 ) -> dict:
     """The engine against transformers' static batches, as a user runs it (hf) and with the
     engine's packed projections (hf_packed); None skips one. A short warm-up, then `repeats`
-    timed rounds; each side is judged on its median round. Throughput counts only the tokens
-    the requests asked for; `steps` counts and times each side's forwards in that round."""
+    timed rounds; each side's throughput is of its median round, each ratio the median of the
+    rounds' ratios (`..._rounds`). Throughput counts only the tokens the requests asked for;
+    `steps` counts and times each side's forwards in each side's median round."""
     work = make_mixed_workload(
         num_requests, tuple(prompt_lens), tuple(max_tokens), model.cfg.vocab_size, seed
     )
@@ -228,8 +229,12 @@ def measure_mixed(
         aim=aim,
         steps={k: step_summary(log, s) for k, (s, log) in median.items()},  # median rounds
     )
+    out["seconds"] = seconds  # every timed round, per side, in the order run
     for k in hfs:
         out[f"{k}_tokens_per_s"] = useful / median[k][0]
-        out[f"engine_vs_{k}"] = out["engine_tokens_per_s"] / out[f"{k}_tokens_per_s"]
+        # round by round: within a round the sides run back to back, so like meets like
+        rounds = [h / e for e, h in zip(seconds["engine"], seconds[k])]
+        out[f"engine_vs_{k}_rounds"] = rounds
+        out[f"engine_vs_{k}"] = statistics.median(rounds)
         out["padding"] = padded_work(work, concurrency)
     return out
