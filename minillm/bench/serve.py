@@ -17,7 +17,9 @@ The same workload also runs through the offline engine in this process (`LLMEngi
 all requests queued, at most `--max-concurrency` running), its rounds alternating with the
 server's rounds of the first rate (the server sits idle meanwhile), so the cost of the HTTP
 layer is measured round by round: each server round's output throughput and step times next to
-the offline round that ran right after it. The saved file keeps every round of both sides.
+the offline round that ran right after it, with the CPU seconds each side used (this process's
+and, for a launched server, its event loop's and its other threads'). The saved file keeps every
+round of both sides.
 """
 
 from __future__ import annotations
@@ -280,6 +282,20 @@ def run_offline(engine, prompts, max_tokens: int) -> tuple[float, list[float]]:
     return in_a_thread(timed)
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) a process has used so far: (its main thread, all its other
+    threads, ended ones included), from Linux's /proc. For a server: (the event loop, which
+    uvicorn runs in the main thread; the engine thread, torch's workers and the tokenizer's)."""
+
+    def used(stat_path: str) -> float:
+        with open(stat_path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after "(name)": the state first
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    main = used(f"/proc/{pid}/task/{pid}/stat")
+    return main, used(f"/proc/{pid}/stat") - main  # the process's stat counts every thread
+
+
 def server_steps(root_url: str, since: int, api_key: str | None = None) -> list[float]:
     """The seconds of every step the server ran after step `since` (from its /step_log)."""
     import httpx
@@ -347,6 +363,9 @@ def main(args) -> int:
                         )
                     )
                 since = num_server_steps(root)
+                # CPU seconds of this process (the load generator) and of the server's threads
+                client0 = time.process_time()
+                server0 = cpu_seconds(server.proc.pid) if server is not None else None
                 results, seconds = asyncio.run(
                     run_load(
                         base,
@@ -360,6 +379,8 @@ def main(args) -> int:
                         warmup=False,
                     )
                 )
+                client_cpu = time.process_time() - client0
+                server1 = cpu_seconds(server.proc.pid) if server is not None else None
                 steps = server_steps(root, since)
                 runs.append(
                     {
@@ -369,14 +390,20 @@ def main(args) -> int:
                         "engine_step_ms_p50": percentile(steps, 50) * 1e3,
                         "engine_step_ms_mean": statistics.fmean(steps) * 1e3 if steps else 0.0,
                         "engine_busy": sum(steps) / seconds,
+                        "client_cpu_s": client_cpu,
                     }
                 )
+                if server0 is not None:  # launched here, so its threads can be read
+                    loop, rest = (b - a for a, b in zip(server0, server1))
+                    runs[-1].update(server_loop_cpu_s=loop, server_engine_cpu_s=rest)
                 if (
                     engine is not None and i == 0
                 ):  # alternate with the server's rounds: drift hits both alike
+                    cpu0 = time.process_time()
                     tps, off_steps = run_offline(engine, prompts, args.random_output_len)
                     offline_runs.append(
                         {
+                            "cpu_s": time.process_time() - cpu0,  # the engine and its workers
                             "output_throughput": tps,
                             "engine_steps": len(off_steps),
                             "engine_step_ms_p50": percentile(off_steps, 50) * 1e3,

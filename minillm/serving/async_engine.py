@@ -45,6 +45,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import torch
+
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
 from minillm.serving.detokenizer import IncrementalDetokenizer
@@ -153,6 +155,9 @@ class AsyncEngine:
         self.metrics = (
             None  # a serving.metrics.ServerMetrics, called from the engine thread when set
         )
+        self.torch_threads = (
+            0  # torch's intra-op threads in the engine thread, set as it starts
+        )
         self.thread = threading.Thread(target=self._run, name="minillm-engine", daemon=True)
         self.thread.start()
 
@@ -205,11 +210,13 @@ class AsyncEngine:
             "num_waiting": len(sched.waiting),
             "num_steps": self.num_steps,
             "num_requests": len(self.requests),
+            "torch_threads": self.torch_threads,
         }
 
     # ---- the engine thread
     #   -------------------------------------------------------------------------
     def _run(self) -> None:
+        self.torch_threads = torch.get_num_threads()  # what every step here runs with
         try:
             while not self._stop.is_set():
                 block = not self.engine.has_unfinished()
