@@ -136,6 +136,21 @@ def row(b, alpha, k, runs, cost) -> dict:
     )
 
 
+def cost_ratios(rows: list[dict], batch_size: int, k: int) -> list[float]:
+    """c(k) from every oracle row of (batch_size, k), whatever its alpha (a verify's cost does
+    not depend on what it accepts): the median pair's median forward of k + 1 query tokens per
+    request over the median decode of the plain run paired with it. One value per row, so their
+    spread is the scatter of the measurement."""
+    return [
+        r["forward_ms"][str(batch_size * (k + 1))] / r["plain_forward_ms"][str(batch_size)]
+        for r in rows
+        if r["batch_size"] == batch_size
+        and r["k"] == k
+        and r["alpha"] is not None  # the target as its own draft: not an oracle row
+        and str(batch_size * (k + 1)) in r["forward_ms"]
+    ]
+
+
 def break_even_alpha(k: int, cost_ratio: float) -> float | None:
     """The smallest alpha at which expected_tokens(alpha, k) reaches cost_ratio (bisection);
     None when even alpha = 1 (k + 1 tokens per verify) does not."""
