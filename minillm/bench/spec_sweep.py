@@ -9,10 +9,10 @@ OracleProposer, which proposes those continuations for free, each token corrupte
 probability 1 - alpha. Every run must give the plain run's tokens, or the sweep fails. Each
 speculative run is timed against a plain run made just before it, so that a machine whose load
 drifts during the sweep still compares like with like; a row's speedup is the median pair's, and
-it keeps every pair's. The predicted speedup is expected_tokens(alpha, k) / cost_ratio, where
-cost_ratio is the median target forward with k + 1 query tokens per request (in the runs at the
-highest alpha, whose verifies are full) over the median decode (B query tokens, in the plain run
-just before each), the median over the pairs.
+it keeps every pair's. The predicted speedup is expected_tokens(alpha, k) / c(k), where c(k) is
+one value per (B, k): each row's median target forward with k + 1 query tokens per request over
+the median decode (B query tokens) of the plain run paired with it, the median over the rows of
+every alpha (`cost_ratios`, `set_cost`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,6 @@ PROMPT_LEN = 32  # longer than any verify of the sweep, so a prefill never files
 def prompts_for(batch_size: int, vocab_size: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(vocab_size) for _ in range(PROMPT_LEN)] for _ in range(batch_size)]
-
-
-def median_forward_ms(result: dict, num_tokens: int) -> float | None:
-    """The median target forward of exactly num_tokens query tokens in a run, if it ran one."""
-    return result["forward_ms"].get(str(num_tokens))
 
 
 def sweep(
@@ -75,8 +70,8 @@ def sweep(
         spec = {"method": "ngram", "num_speculative_tokens": 1}  # its proposer is replaced
         for k in ks:
             spec = dict(spec, num_speculative_tokens=k)
-            cost = None
-            for alpha in sorted(alphas, reverse=True):  # alpha = 1 first: its verifies are full
+            these = []
+            for alpha in sorted(alphas, reverse=True):
                 runs = pairs(
                     prompts,
                     b,
@@ -85,16 +80,13 @@ def sweep(
                     plain["tokens"],
                     f"alpha {alpha}, k {k}",
                 )
-                if cost is None:  # the first (highest) alpha: c(k) from each pair's runs
-                    cost = statistics.median(
-                        median_forward_ms(r, b * (k + 1)) / median_forward_ms(p, b)
-                        for p, r in runs
-                    )
-                rows.append(row(b, alpha, k, runs, cost))
+                these.append(row(b, alpha, k, runs))
+            set_cost(these, b, k)
+            rows += these
         if draft_k is not None:
             spec = {"method": "draft_model", "num_speculative_tokens": draft_k, "model": model}
             runs = pairs(prompts, b, spec, lambda: None, plain["tokens"], "the target as draft")
-            rows.append(row(b, None, draft_k, runs, None))
+            rows.append(row(b, None, draft_k, runs))
     return rows
 
 
@@ -102,11 +94,11 @@ def forward_seconds(r: dict) -> float:
     return sum(v["seconds"] for v in r["forwards"].values())
 
 
-def row(b, alpha, k, runs, cost) -> dict:
-    """runs: [(plain, speculative)] pairs; cost: c(k), the verify over the decode, or None."""
+def row(b, alpha, k, runs) -> dict:
+    """runs: [(plain, speculative)] pairs. cost_ratio and predicted_speedup stay None until
+    `set_cost` fills them from every row of the same (batch, k)."""
     speedups = [p["seconds"] / r["seconds"] for p, r in runs]
     plain, r = sorted(runs, key=lambda pr: pr[0]["seconds"] / pr[1]["seconds"])[len(runs) // 2]
-    predicted = None if cost is None or alpha is None else expected_tokens(alpha, k) / cost
     n_after = round(r["output_tokens"] / b) - 1  # each request's tokens after the prefill's
     return dict(
         batch_size=b,
@@ -118,8 +110,8 @@ def row(b, alpha, k, runs, cost) -> dict:
         expected_tokens=None if alpha is None else expected_tokens(alpha, k),
         expected_tokens_cut=None if alpha is None else expected_tokens_cut(alpha, k, n_after),
         forwards_per_token=r["forwards_per_token"],
-        cost_ratio=cost,
-        predicted_speedup=predicted,
+        cost_ratio=None,
+        predicted_speedup=None,
         speedup=statistics.median(speedups),
         speedups=speedups,  # every pair's, in run order
         # every pair's target forwards alone: the time outside them (scheduling, sampling) out
@@ -149,6 +141,16 @@ def cost_ratios(rows: list[dict], batch_size: int, k: int) -> list[float]:
         and r["alpha"] is not None  # the target as its own draft: not an oracle row
         and str(batch_size * (k + 1)) in r["forward_ms"]
     ]
+
+
+def set_cost(rows: list[dict], batch_size: int, k: int) -> None:
+    """Give every oracle row of (batch_size, k) the same c(k), the median of `cost_ratios`, and
+    the speedup E(alpha, k) / c(k) it predicts."""
+    cost = statistics.median(cost_ratios(rows, batch_size, k))
+    for r in rows:
+        if r["batch_size"] == batch_size and r["k"] == k and r["alpha"] is not None:
+            r["cost_ratio"] = cost
+            r["predicted_speedup"] = expected_tokens(r["alpha"], k) / cost
 
 
 def break_even_alpha(k: int, cost_ratio: float) -> float | None:
