@@ -151,3 +151,17 @@ def test_work_between_all_reduces_is_refused_by_name(work):
 
     with pytest.raises(ValueError, match="work"):
         all_reduce_between_times(64, calls=2, work=work)
+
+
+def test_all_reduce_two_ways_every_call_of_every_sequence_both_ways():
+    from minillm.parallel.timing import all_reduce_two_ways
+
+    ways = all_reduce_two_ways(4096, calls=3, rounds=2)
+    assert list(ways) == ["barrier before each call", "back to back"]
+    for seqs in ways.values():
+        assert len(seqs) == 2 and all(len(seq) == 3 for seq in seqs)
+        for call in (c for seq in seqs for c in seq):
+            (w0, t0), (w1, t1) = call  # rank 0, rank 1: one of them waits for the other
+            assert min(w0, w1) == 0 and t0 > 0 and t1 > 0
+    with pytest.raises(ValueError, match="message size 3"):
+        all_reduce_two_ways(3, calls=2)

@@ -14,6 +14,8 @@ Two measurements then isolate why a TP=2 step on a small CPU costs more than tho
 `concurrent_shard_forward_times` runs every rank's shard at once with no communication (the
 compute's contention alone), and `all_reduce_between_times` puts a layer's share of compute
 between all-reduces (the collectives' cost when the ranks do not sit waiting in them).
+`all_reduce_two_ways` times one message size with and without a barrier before each call,
+alternating in one group, so the two ways meet the same machine.
 """
 
 from __future__ import annotations
@@ -366,3 +368,54 @@ def all_reduce_between_times(
     per_rank = _join_all(procs, conns)  # [rank][sequence][call] = (entered, left)
     del store
     return [waiting_and_transfer(list(seq)) for seq in zip(*per_rank)]
+
+
+def _two_ways_rank(rank, size, port, nbytes, calls, rounds, conn) -> None:
+    import torch.distributed as dist
+
+    _join_group(rank, size, port)
+    x = torch.ones(max(1, nbytes // 4))  # float32
+    ways = {"barrier before each call": [], "back to back": []}
+    for i in range(rounds + 1):  # the first round sets up connections and buffers
+        for way, seqs in ways.items():
+            dist.barrier()  # both ways start a sequence together
+            seq = []
+            for _ in range(calls):
+                if way == "barrier before each call":
+                    dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(x)
+                seq.append((start, time.perf_counter()))
+            if i:
+                seqs.append(seq)
+    conn.send(ways)
+    dist.destroy_process_group()
+    conn.close()
+
+
+def all_reduce_two_ways(
+    nbytes: int, calls: int, rounds: int = 10, world_size: int = 2
+) -> dict[str, list[list[list[tuple[float, float]]]]]:
+    """The same gloo all-reduce of `nbytes` (float32) timed two ways in one group, alternating:
+    a sequence of `calls` with a barrier before each call, then `calls` back to back, `rounds`
+    times after a warm-up round. Returns, for each way, every sequence's calls, each call as
+    `waiting_and_transfer` per rank: [(waiting, both there) of rank 0, of rank 1, ...]."""
+    check_int("calls", calls, min=1)
+    check_int("rounds", rounds, min=1)
+    check_int("world_size", world_size, min=2)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 4:
+        raise ValueError(f"message size {nbytes!r}: expected an int of at least 4 bytes")
+    port, store = _store(world_size)
+    procs, conns = _start_ranks(
+        _two_ways_rank,
+        [(r, world_size, port, nbytes, calls, rounds) for r in range(world_size)],
+    )
+    per_rank = _join_all(procs, conns)  # [rank][way][sequence][call] = (entered, left)
+    del store
+    return {
+        way: [
+            [waiting_and_transfer([[call] for call in meeting]) for meeting in zip(*seqs)]
+            for seqs in zip(*(r[way] for r in per_rank))
+        ]
+        for way in per_rank[0]
+    }

@@ -49,6 +49,8 @@ HOST = "127.0.0.1"
 class TensorParallelError(RuntimeError):
     """A worker died, hung or failed; the group is gone and the engine cannot step any more."""
 
+    stop_s = 0.0  # seconds `fail` spent stopping the group before this error was raised
+
 
 @dataclass
 class RankTimes:
@@ -333,16 +335,23 @@ class TensorParallelWorkers:
         return "; ".join(parts)
 
     def fail(self, what: str) -> TensorParallelError:
-        """Stop the whole group and return the error to raise, naming every worker's state."""
+        """Stop the whole group and return the error to raise, naming every worker's state.
+
+        Waits at most 0.5 s in all for workers to exit (one just killed needs a moment to be
+        reaped, so its exit code is known), then kills the rest at once: the group is broken,
+        and a hung or stopped worker would never answer a polite stop."""
+        start = time.monotonic()
         for p in self.procs:
-            p.join(
-                0.5
-            )  # a worker just killed needs a moment to be reaped, so its exit code is known
+            p.join(max(0.0, start + 0.5 - time.monotonic()))
         error = TensorParallelError(
             f"tensor-parallel group of {self.size} failed ({what}): {self.describe()}; "
             "every worker has been stopped, create a new engine"
         )
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
         self.close()
+        error.stop_s = time.monotonic() - start
         return error
 
     def check_alive(self, when: str) -> None:
