@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
 from minillm.structured_output import StructuredOutputsParams
-from minillm.structured_output.bitmask import apply_bitmask, unpack_bitmask, words_for
+from minillm.structured_output.bitmask import (
+    apply_bitmask,
+    pack_bitmask,
+    unpack_bitmask,
+    words_for,
+)
 from minillm.structured_output.grammar import GrammarCache
 
 EOS = 151645  # <|im_end|>, the tiny Qwen3's end of sequence
@@ -304,6 +309,21 @@ def test_unpack_bitmask_reads_bit_t_of_word_t_over_32(vocab, seed):
     assert torch.equal(masked[1][allowed[1]], logits[1][allowed[1]])
 
 
+@settings(deadline=None)
+@given(st.integers(1, 200), st.floats(0.0, 1.0), st.integers(0, 1 << 30))
+def test_pack_bitmask_sets_bit_t_of_word_t_over_32_and_unpacks_back(vocab, density, seed):
+    g = torch.Generator().manual_seed(seed)
+    allowed = torch.rand(3, vocab, generator=g) < density
+    packed = pack_bitmask(allowed)
+    assert packed.dtype == torch.int32 and packed.shape == (3, words_for(vocab))
+    for r, t in allowed.nonzero().tolist():  # each allowed token's own bit, one at a time
+        assert int(packed[r, t // 32]) >> (t % 32) & 1 == 1
+    assert not unpack_bitmask(packed, words_for(vocab) * 32)[:, vocab:].any()  # padding: 0
+    assert torch.equal(unpack_bitmask(packed, vocab), allowed)
+    full = pack_bitmask(torch.ones(1, 64, dtype=torch.bool))
+    assert full.tolist() == [[-1, -1]]  # bit 31 set: the int32 word is negative
+
+
 # ---- bad specs -----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "spec, match",
@@ -339,6 +359,24 @@ def test_uncompilable_spec_is_refused_when_added_and_nothing_is_queued(
     with pytest.raises(ValueError, match=match):
         engine.add_request("Hello", SamplingParams(structured_outputs=spec))
     assert not engine.has_unfinished() and not engine.scheduler.seen_ids
+
+
+def test_grammar_complete_before_any_token_without_a_stop_token_is_refused_when_added(
+    make_engine,
+):
+    engine = make_engine()
+    empty_ok = SamplingParams(ignore_eos=True, structured_outputs={"regex": "[a-z ]*"})
+    with pytest.raises(ValueError, match=r"accepts the empty text .* no stop token"):
+        engine.add_request("Hello", empty_ok)
+    assert not engine.has_unfinished() and not engine.scheduler.seen_ids
+    # with EOS as its stop token the grammar runs; without one, "[a-z ]+" ends after a token
+    ok = [
+        SamplingParams(max_tokens=4, structured_outputs={"regex": "[a-z ]*"}),
+        SamplingParams(max_tokens=4, ignore_eos=True, structured_outputs={"regex": "[a-z ]+"}),
+    ]
+    outs = engine.generate(["Hello", "Hello"], ok)
+    assert all(len(o.token_ids) >= 1 for o in outs)
+    assert outs[1].finish_reason == "stop" and len(outs[1].token_ids) == 1
 
 
 def test_compiled_grammars_are_shared_by_key(tokenizer, model):

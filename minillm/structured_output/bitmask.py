@@ -26,6 +26,17 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
 
 
+def pack_bitmask(allowed: torch.Tensor) -> torch.Tensor:
+    """allowed [M, V] booleans as a packed bitmask [M, W] int32, the inverse of unpack_bitmask;
+    the padding bits past V are 0 (forbidden)."""
+    m, v = allowed.shape
+    bits = torch.zeros(m, words_for(v) * WORD_BITS, dtype=torch.int64, device=allowed.device)
+    bits[:, :v] = allowed
+    shifts = torch.arange(WORD_BITS, dtype=torch.int64, device=allowed.device)  # [32]
+    words = (bits.view(m, -1, WORD_BITS) << shifts).sum(-1)  # [M, W], 0 to 2**32 - 1
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)  # bit 31: sign
+
+
 # xgrammar's CPU kernel (0.2.9) writes past the logits when the vocabulary is not a multiple of
 # 32 (heap corruption, found by tests/test_structured_output.py); its torch backend does the
 # same masking with torch ops, correctly for any vocabulary.

@@ -24,6 +24,12 @@ class RequestGrammar:
             override_stop_tokens=stop_token_ids or None,
             terminate_without_stop_token=not stop_token_ids,
         )
+        if self.matcher.is_terminated():  # nothing would mask its first token
+            raise ValueError(
+                f"request {request_id!r}: its grammar accepts the empty text and the request "
+                "has no stop token (ignore_eos without stop_token_ids), so it would end before "
+                "its first token: expected a stop token or a grammar that needs a token"
+            )
         self.request_id = request_id
         self.num_accepted = 0  # equals len(output_ids) of the request, always
         self.num_refused = 0  # speculative proposals this grammar refused (counted by fill)
