@@ -19,8 +19,8 @@ LLAMA2_7B = {
     "num_attention_heads": 32,
     "hidden_size": 4096,
 }  # no GQA, no head_dim
-# Chapter 2's hypothetical 27B hybrid: 64 layers, of which every fourth uses full attention,
-# 32 KV heads of 128 (16 on each GPU under TP2).
+# Chapter 2's illustrative 27B-class hybrid, with the engine report's sizes: 64 layers, of which
+# every fourth uses full attention, 32 KV heads of 128 (16 on each GPU under TP2).
 BIG_HYBRID = {
     "num_hidden_layers": 64,
     "num_attention_heads": 64,
