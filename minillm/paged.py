@@ -38,7 +38,11 @@ def num_blocks_for(num_tokens: int, block_size: int) -> int:
 
 class BlockPool:
     """Hands out block ids; counts references so that requests can share a block (a prefix cache
-    does)."""
+    does).
+
+    The free list is first in, first out: `allocate` takes ids from its front, `free` appends at
+    its back in call order, so the block freed longest ago is reused first.
+    """
 
     def __init__(self, num_blocks: int):
         self.num_blocks = check_int("num_blocks", num_blocks, min=1)

@@ -237,6 +237,16 @@ def test_bad_pool_calls_raise_and_change_nothing(call, message):
     assert snapshot(pool) == before
 
 
+def test_free_list_is_first_in_first_out():
+    """allocate takes the oldest free block; free appends at the back in call order (chapter 4's
+    printed block tables depend on this order)."""
+    pool = BlockPool(6)
+    assert pool.allocate(4) == [0, 1, 2, 3]
+    pool.free([2, 0])
+    assert list(pool.free_blocks) == [4, 5, 2, 0]
+    assert pool.allocate(3) == [4, 5, 2]
+
+
 def test_pool_needs_at_least_one_block():
     with pytest.raises(ValueError, match="num_blocks is 0"):
         BlockPool(0)

@@ -7,11 +7,17 @@ class OutOfBlocksError(RuntimeError):
 
 class BlockPool:
     def __init__(self, num_blocks: int):
+        # set self.num_blocks, self.ref_counts (one owner count per block) and
+        # self.free_blocks (the free ids, in the order allocate hands them out)
         raise NotImplementedError("BlockPool.__init__")
 
     @property
     def num_free(self) -> int:
         raise NotImplementedError("BlockPool.num_free")
+
+    @property
+    def num_allocated(self) -> int:
+        raise NotImplementedError("BlockPool.num_allocated")
 
     def allocate(self, n: int) -> list[int]:
         """n distinct free blocks with one owner each, or OutOfBlocksError with nothing
@@ -25,6 +31,3 @@ class BlockPool:
     def free(self, blocks: list[int]) -> None:
         """One owner fewer for each block; a block with no owner left is free again."""
         raise NotImplementedError("BlockPool.free")
-
-    def ref_count(self, block: int) -> int:
-        raise NotImplementedError("BlockPool.ref_count")

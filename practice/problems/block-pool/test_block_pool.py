@@ -1,6 +1,6 @@
-"""Tests for BlockPool: all-or-nothing allocation, owners, double frees, errors that name the
-block and
-change nothing; then random workloads on pools of any size against a model of the rules."""
+"""Tests for BlockPool: all-or-nothing allocation, owners, a first-in-first-out free list,
+double frees, errors that name the block and change nothing; then random workloads on pools of
+any size against a model of the rules."""
 
 import random
 
@@ -9,8 +9,25 @@ from grading import check_equal, check_names, check_raises, fail
 
 
 def state(pool, num_blocks):
-    """Everything the pool promises about itself: free blocks and each block's owners."""
-    return {"num_free": pool.num_free, "owners": [pool.ref_count(b) for b in range(num_blocks)]}
+    """Everything the pool promises about itself: its free list in order and each block's
+    owners."""
+    return {
+        "num_blocks": pool.num_blocks,
+        "num_free": pool.num_free,
+        "num_allocated": pool.num_allocated,
+        "free_blocks": list(pool.free_blocks),
+        "ref_counts": list(pool.ref_counts),
+    }
+
+
+def expected_state(owners, free_order):
+    return {
+        "num_blocks": len(owners),
+        "num_free": len(free_order),
+        "num_allocated": len(owners) - len(free_order),
+        "free_blocks": list(free_order),
+        "ref_counts": list(owners),
+    }
 
 
 def test_allocate_returns_distinct_valid_blocks(learner):
@@ -51,6 +68,21 @@ def test_allocation_is_all_or_nothing(learner):
     check_equal(
         sorted(held + got), list(range(6)), "all blocks after allocate(2) took the last two"
     )
+
+
+def test_free_list_is_first_in_first_out(learner):
+    """allocate takes from the front of the free list; free appends at its back, in call
+    order."""
+    pool = learner.BlockPool(6)
+    check_equal(pool.allocate(4), [0, 1, 2, 3], "allocate(4) on a fresh pool of 6")
+    pool.free([2, 0])
+    check_equal(
+        state(pool, 6),
+        expected_state([0, 1, 0, 1, 0, 0], [4, 5, 2, 0]),
+        "the pool after allocate(4), free([2, 0])",
+    )
+    check_equal(pool.allocate(3), [4, 5, 2], "allocate(3) after free([2, 0])")
+    check_equal(list(pool.free_blocks), [0], "the free list after allocate(3)")
 
 
 def test_freed_blocks_can_be_allocated_again(learner):
@@ -112,7 +144,6 @@ def test_block_ids_outside_the_pool_raise_value_error_naming_them(learner, bad):
         )
         check_names(error, bad, f"{method}([3, {bad}])")
         check_equal(state(pool, 8), before, f"the pool after the refused {method}([3, {bad}])")
-    check_raises(ValueError, pool.ref_count, bad, what=f"ref_count({bad}) on a pool of 8")
 
 
 def test_negative_allocation_raises_value_error_naming_it(learner):
@@ -129,13 +160,13 @@ def test_shared_block_returns_after_its_last_owner(learner):
     a = pool.allocate(1)
     pool.share(a)
     pool.share(a)
-    check_equal(pool.ref_count(a[0]), 3, f"ref_count({a[0]}) after two shares")
+    check_equal(pool.ref_counts[a[0]], 3, f"ref_counts[{a[0]}] after two shares")
     for owners_left in (2, 1, 0):
         pool.free(a)
         check_equal(
-            [pool.ref_count(a[0]), pool.num_free],
+            [pool.ref_counts[a[0]], pool.num_free],
             [owners_left, 3 - (owners_left > 0)],
-            f"[ref_count, num_free] with {owners_left} owners left",
+            f"[ref_counts[{a[0]}], num_free] with {owners_left} owners left",
         )
 
 
@@ -166,6 +197,7 @@ def test_random_workload_follows_the_rules(learner, seed):
         [0] * num_blocks,
         [],
     )  # held: one list of blocks per owner
+    free_order = list(range(num_blocks))  # the model's free list, first in, first out
     for step in range(150):
         op = rng.choice(["allocate", "allocate", "share", "free", "free", "bad free"])
         what = f"seed {seed}, pool of {num_blocks}, step {step}: {op}"
@@ -191,6 +223,7 @@ def test_random_workload_follows_the_rules(learner, seed):
                     )
                 for b in got:
                     owners[b] = 1
+                    free_order.remove(b)
                 held.append(got)
         elif op == "share" and held:
             blocks = rng.choice(held)
@@ -203,6 +236,8 @@ def test_random_workload_follows_the_rules(learner, seed):
             pool.free(blocks)
             for b in blocks:
                 owners[b] -= 1
+                if owners[b] == 0:
+                    free_order.append(b)
         elif op == "bad free":
             b = rng.randrange(num_blocks)
             check_raises(
@@ -214,7 +249,7 @@ def test_random_workload_follows_the_rules(learner, seed):
         if step % 25 == 24:  # the whole pool now and then; num_free after every step
             check_equal(
                 state(pool, num_blocks),
-                {"num_free": owners.count(0), "owners": owners},
+                expected_state(owners, free_order),
                 f"the pool after {what}",
             )
         else:
