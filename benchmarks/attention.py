@@ -11,8 +11,8 @@ padded batch has no padding), one decode step of one layer's attention is timed 
 
 - `triton`: `triton_paged_attention`, one launch over the flat batch, K/V read through the block
   tables;
-- `split`: `split_decode_attention`, the flash-decoding kernels (segments of 256 keys, GQA
-  heads packed, then the merge);
+- `split`: `split_decode_attention`, the flash-decoding kernels (GQA heads packed, then the
+  merge), in segments of the length `decode_segment` picks, or of 256 keys where it picks none;
 - `unsplit`: the same segment kernel with one segment per context (GQA heads packed, no merge);
   the backend picks `split` or `unsplit` by `decode_segment` (the `backend` column), so the two
   columns time what that rule decides;
@@ -135,7 +135,12 @@ def timed(fn, iters: int, cuda: bool) -> float:
 
 
 def one_shape(B: int, L: int, args, device, dtype) -> dict:
-    from minillm.kernels.split_decode import BLOCK_N, decode_segment, split_decode_attention
+    from minillm.kernels.split_decode import (
+        BLOCK_N,
+        SEGMENT,
+        decode_segment,
+        split_decode_attention,
+    )
     from minillm.kernels.triton_attention import triton_paged_attention
     from minillm.kernels.triton_runtime import multiprocessors
     from minillm.paged import PagedAttention, PagedKVCache
@@ -159,20 +164,21 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
             q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, qsl, 1, scale
         )
 
+    whole = -(-L // BLOCK_N) * BLOCK_N  # one segment per context, whole tiles
+    # what the backend runs for this step: more than one segment per context is the split
+    picked = decode_segment(B, KV, L, multiprocessors(device))
+    split = picked < L
+    segment = picked if split else SEGMENT
+
     def run_split():
         return split_decode_attention(
-            q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale
+            q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale, segment
         )
-
-    whole = -(-L // BLOCK_N) * BLOCK_N  # one segment per context, whole tiles
 
     def run_unsplit():
         return split_decode_attention(
             q, kv.k[0], kv.v[0], attn.block_tables, seq_lens, L, scale, whole
         )
-
-    # what the backend runs for this step: more than one segment per context is the split
-    split = decode_segment(B, KV, L, multiprocessors(device)) < L
 
     def run_torch():
         return attn.decode(0, q, scale)
@@ -211,6 +217,7 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
         batch=B,
         context=L,
         backend="split" if split else "unsplit",
+        segment=segment,
         bytes=nbytes,
         seconds=seconds,
         err_triton=err_triton,

@@ -146,15 +146,34 @@ def test_the_merge_takes_more_segments_than_its_tile_in_chunks():
 
 
 @needs_triton
-def test_a_step_is_split_only_when_its_unsplit_grid_leaves_multiprocessors_idle():
+def test_the_segment_minimises_the_busiest_multiprocessors_walk():
     from minillm.kernels.split_decode import SEGMENT, decode_segment
+    from minillm.kernels.traffic import split_decode_traffic
 
-    # Qwen3-0.6B's 8 KV heads on an H100 SXM's 132 multiprocessors
-    assert decode_segment(1, 8, 32768, 132) == SEGMENT  # 8 programs: split
-    assert decode_segment(16, 8, 4096, 132) == SEGMENT  # 128 programs: split
-    assert decode_segment(17, 8, 4096, 132) == 4096  # 136 programs: one segment each
-    assert decode_segment(64, 8, 4000, 132) == 4000  # whole 32-key tiles
+    def busiest(batch, context, segment):  # traffic.py's model: waves x longest walk
+        cost = split_decode_traffic([context] * batch, 16, 8, 128, segment)
+        return cost.waves(132) * cost.longest_walk
+
+    # Qwen3-0.6B's 8 KV heads on an H100 SXM's 132 multiprocessors:
+    # (batch, context, segment picked, its busiest walk, the unsplit one's)
+    cases = [
+        (1, 32768, 2048, 2048, 32768),  # 8 programs unsplit: 128 of 2,048 keys, one wave
+        (17, 32768, 1024, 33792, 65536),  # 136 unsplit: a second wave of 4 programs
+        (20, 16384, 512, 19968, 32768),  # 160 unsplit: a second wave of 28
+        (64, 4096, SEGMENT, 16128, 16384),  # 512 unsplit: 4 waves, the last of 116
+        (132, 4096, 4096, 32768, 32768),  # 1,056 = 8 full waves: a split gains nothing
+    ]
+    for batch, context, segment, walk, unsplit in cases:
+        picked = decode_segment(batch, 8, context, 132)
+        assert picked == segment, (batch, context, picked)
+        assert busiest(batch, context, picked) == walk
+        assert busiest(batch, context, context) == unsplit
+        # no candidate walks less: SEGMENT doubled up to the context, or the whole context
+        for other in [SEGMENT << k for k in range(8) if SEGMENT << k < context] + [context]:
+            assert busiest(batch, context, other) >= walk
+    assert decode_segment(64, 8, 4000, 132) == 4000  # unsplit, in whole 32-key tiles
     assert decode_segment(64, 8, 4001, 132) == 4032
+    assert decode_segment(1, 8, 200, 132) == 224  # shorter than SEGMENT: never split
 
 
 @needs_triton

@@ -5,8 +5,7 @@ other code.
 `attend` writes K/V with `reshape_and_cache_kernel` and attends with `paged_attention_kernel`,
 one launch each per layer for the whole mixed batch: no per-request loop. A step of decodes only
 takes the kernels of split_decode.py instead: the group's query heads packed into one program,
-each context split into merged segments when one program per (request, KV head) would leave
-multiprocessors idle.
+each context split into merged segments of the length `decode_segment` picks for the step.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ class TritonAttention(PagedAttention):
         )
         # sizes the segment axis of the flash-decoding grid
         self.max_seq_len = max(self.seq_lens)
-        # keys per decode program: split only where the unsplit grid leaves multiprocessors idle
+        # keys per decode program: the busiest multiprocessor's shortest walk (decode_segment)
         self.segment = decode_segment(
             len(self.seq_lens), kv.num_kv_heads, self.max_seq_len, multiprocessors(device)
         )

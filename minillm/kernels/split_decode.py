@@ -2,16 +2,16 @@
 context.
 
 With one new token per request, the mixed-batch kernel has B x H programs, each walking a whole
-context alone: a few long requests leave most of a GPU idle. Here each program takes one segment
-of SEGMENT keys of one request for one KV head, and its rows are the GROUP query heads that
-share that KV head (vLLM packs them the same way), so each K/V row is loaded once per group, not
-once per query head. Every program leaves a partial result (output, max, sum) of its segment; a
-second kernel merges a request's segments with the online-softmax rule, 16 segments at a time:
-weights l_s * exp(m_s - max), then one division.
+context alone: a few long requests leave most of a GPU idle. Here each program takes one
+segment (SEGMENT keys or more) of one request for one KV head, and its rows are the GROUP query
+heads that share that KV head (vLLM packs them the same way), so each K/V row is loaded once per
+group, not once per query head. Every program leaves a partial result (output, max, sum) of
+its segment; a second kernel merges a request's segments with the online-softmax rule, 16
+segments at a time: weights l_s * exp(m_s - max), then one division.
 
-Splitting pays only when one program per (request, KV head) would leave multiprocessors idle;
-`decode_segment` decides, per step, and a step it does not split is one launch of the segment
-kernel with one segment per context, writing the output itself.
+`decode_segment` picks the segment length per step: the one whose busiest multiprocessor walks
+the fewest keys (waves of programs times keys per program). A step it does not split is one
+launch of the segment kernel with one segment per context, writing the output itself.
 """
 
 from __future__ import annotations
@@ -24,18 +24,31 @@ triton = load_triton()
 import triton.language as tl  # noqa: E402
 
 BLOCK_N = 32  # keys per step of a segment's loop
-SEGMENT = 256  # keys per program when a step is split (a multiple of BLOCK_N)
+SEGMENT = 256  # the shortest segment decode_segment picks (a multiple of BLOCK_N)
 MERGE_CHUNK = 16  # segments the merge holds at once: its tile is [16, head_dim] at any context
 
 
 def decode_segment(batch: int, kv_heads: int, max_seq_len: int, sms: int) -> int:
     """Keys per program of the segment kernel for a step of `batch` decodes on `sms`
-    multiprocessors. Unsplit, the grid is one program per (request, KV head): when that fills
-    every multiprocessor, a split adds programs and a merge launch and no busy multiprocessor,
-    so each context is one segment; otherwise segments of SEGMENT keys."""
-    if batch * kv_heads >= sms:
-        return triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment
-    return SEGMENT
+    multiprocessors, every context taken as `max_seq_len` keys.
+
+    The model: programs run in waves of `sms`, one per multiprocessor at a time, so the busiest
+    multiprocessor walks waves x keys per program. The segment minimises that walk, among
+    SEGMENT, 2 x SEGMENT, 4 x SEGMENT, ... below the context, and the whole context (one
+    segment, no merge). Ties go to the longer segment: fewer partial results to merge.
+    """
+    whole = triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment
+
+    def busiest_walk(segment: int) -> int:
+        programs = batch * kv_heads * triton.cdiv(max_seq_len, segment)
+        return triton.cdiv(programs, sms) * min(segment, max_seq_len)
+
+    candidates = [whole]
+    segment = SEGMENT
+    while segment < max_seq_len:
+        candidates.append(segment)
+        segment *= 2
+    return min(candidates, key=lambda s: (busiest_walk(s), -s))
 
 
 @triton.jit
