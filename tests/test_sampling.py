@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minillm import sampling
-from minillm.sampling import SamplingParams, apply_top_k_top_p, sample
+from minillm.sampling import SamplingParams, apply_top_k_top_p, check_logits, sample
 
 
 @pytest.mark.parametrize(
@@ -286,3 +286,29 @@ def test_rows_without_top_k_or_top_p_skip_the_filter_and_draw_the_same_tokens(
     monkeypatch.setattr(sampling, "uses_top_k_top_p", lambda sp: True)  # every row filtered
     assert sample(logits, params, seeds, steps) == fast
     assert seen == [1, 6]
+
+
+def test_row_max_propagates_nan_wherever_it_sits():
+    """check_logits relies on amax returning NaN for a row holding one, at any position and
+    beside +inf or -inf; if amax skipped NaN, the NaN rows would pass."""
+    for pos in (0, 5, 9):
+        for fill in (0.0, math.inf, -math.inf):
+            row = torch.full((1, 10), fill)
+            row[0, :3] = torch.tensor([1.0, 2.0, 3.0])
+            row[0, pos] = math.nan
+            assert not torch.isfinite(row.amax(-1)).all()
+
+
+@pytest.mark.parametrize("where", [0, 4, 9])
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_check_logits_finds_the_bad_row_beside_masked_rows(bad, where):
+    logits = torch.randn(3, 10, generator=torch.Generator().manual_seed(0))
+    logits[0, :7] = -math.inf  # a masked row: fine
+    logits[2, where] = bad
+    with pytest.raises(ValueError, match="logits row 2 holds NaN, \\+inf or only -inf"):
+        check_logits(logits)
+    logits[2, where] = 0.0
+    check_logits(logits)  # masked and finite rows pass
+    logits[1] = -math.inf
+    with pytest.raises(ValueError, match="logits row 1"):
+        check_logits(logits)

@@ -438,6 +438,11 @@ def test_fill_counts_the_proposal_its_grammar_refuses_and_rolls_back(grammars, t
     assert m.fill(bitmask, 0, ok) == len(ok) + 1 and m.num_refused == 0
     assert m.fill(bitmask, 0, ok[:1] + bad + ok) == 2  # stops at the refused proposal
     assert m.num_refused == 1
+    assert m.num_unchecked == len(ok)  # the proposals after the refused one
+    m.fill(bitmask, 0, bad + bad + ok[:1])
+    assert (m.num_refused, m.num_unchecked) == (2, len(ok) + 2)  # one refusal per verify
+    assert m.fill(bitmask, 0, ok[:1] + [EOS] + ok) == 2  # the stop token ends the answer
+    assert (m.num_refused, m.num_unchecked) == (2, 2 * len(ok) + 2)
     m.accept(ok[0])  # the proposals were rolled back: the first output token is accepted again
 
 
@@ -456,3 +461,24 @@ def test_char_automaton_token_mask_follows_its_three_rules():
     assert token_mask(step, {"digits"}, "digits", tokens, 7).tolist() == [
         False, True, True, False, False, False, False, True
     ]  # fmt: skip
+
+
+def test_mask_plan_counts_rows_in_plan_order_and_skips_free_requests():
+    from types import SimpleNamespace as NS
+
+    from minillm.structured_output.bitmask import mask_plan
+
+    g1, g2 = object(), object()
+    seqs = {
+        "a": NS(grammar=g1),
+        "b": NS(grammar=None),
+        "c": NS(grammar=g2),
+        "d": NS(grammar=g1),
+    }
+    chunks = [
+        NS(request_id="a", num_logits=1, spec_token_ids=[]),
+        NS(request_id="b", num_logits=4, spec_token_ids=[7, 8, 9]),  # free verify
+        NS(request_id="c", num_logits=3, spec_token_ids=[5, 6]),  # constrained verify
+        NS(request_id="d", num_logits=0, spec_token_ids=[]),  # a prefill chunk: no logits
+    ]
+    assert mask_plan(chunks, seqs) == [(g1, 0, []), (g2, 5, [5, 6])]

@@ -61,24 +61,34 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) 
     return out if out is logits else out.to(logits.dtype)
 
 
-def constrain_logits(logits: torch.Tensor, chunks, seqs: dict) -> torch.Tensor:
-    """The step's logits [M, V] (chunk.num_logits rows per chunk, in plan order) masked by the
-    grammar of every request that has one; the other rows untouched."""
-    import xgrammar as xgr
-
+def mask_plan(chunks, seqs: dict) -> list[tuple]:
+    """(grammar, first row, proposals) for each chunk of a constrained request that needs
+    logits; rows counted in plan order, chunk.num_logits rows per chunk."""
     plan, row = [], 0
     for c in chunks:
         grammar = seqs[c.request_id].grammar
         if c.num_logits and grammar is not None:
             plan.append((grammar, row, c.spec_token_ids))
         row += c.num_logits
-    if not plan:
-        return logits
-    bitmask = xgr.allocate_token_bitmask(
-        logits.shape[0], logits.shape[1]
-    )  # [M, W], all allowed
+    return plan
+
+
+def fill_plan(bitmask: torch.Tensor, plan: list[tuple]) -> list[int]:
+    """Fill the rows of every planned request; returns the rows that hold a mask."""
     rows = []
     for grammar, start, proposals in plan:
         filled = grammar.fill(bitmask, start, proposals)
         rows += range(start, start + filled)
-    return apply_bitmask(logits, bitmask, rows)
+    return rows
+
+
+def constrain_logits(logits: torch.Tensor, chunks, seqs: dict) -> torch.Tensor:
+    """The step's logits [M, V] (chunk.num_logits rows per chunk, in plan order) masked by the
+    grammar of every request that has one; the other rows untouched."""
+    import xgrammar as xgr
+
+    plan = mask_plan(chunks, seqs)
+    if not plan:
+        return logits
+    bitmask = xgr.allocate_token_bitmask(*logits.shape)  # [M, W], all allowed
+    return apply_bitmask(logits, bitmask, fill_plan(bitmask, plan))

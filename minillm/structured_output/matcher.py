@@ -1,8 +1,10 @@
 """structured_output/matcher.py — one request's grammar state, which follows its tokens.
 
-A `RequestGrammar` wraps xgrammar's GrammarMatcher (a pushdown automaton over bytes, with the
-token masks precomputed at compile time). The rule that keeps it right through everything the
-engine does: the matcher has accepted exactly the request's output tokens, no more, no fewer.
+A `RequestGrammar` wraps xgrammar's GrammarMatcher (in xgrammar 0.2.9 an Earley parser over
+bytes; the verdicts of context-independent tokens are stored per grammar position at compile
+time, the adaptive token mask cache of Dong et al., 2024, arXiv:2411.15100). The rule that
+keeps it right through everything the engine does: the matcher has accepted exactly the
+request's output tokens, no more, no fewer.
 It accepts a token when the scheduler appends it (Sequence.append_output), never when a step is
 planned; so a preempted request, which keeps its output tokens and recomputes their K/V, keeps
 its matcher as it was, and an aborted one drops it. Speculative proposals enter the matcher
@@ -33,6 +35,8 @@ class RequestGrammar:
         self.request_id = request_id
         self.num_accepted = 0  # equals len(output_ids) of the request, always
         self.num_refused = 0  # speculative proposals this grammar refused (counted by fill)
+        # proposals after a refused one or after the grammar's end: never checked, never used
+        self.num_unchecked = 0
 
     def accept(self, token: int) -> None:
         """Advance past one appended output token; raise if the grammar forbids it (the mask
@@ -61,10 +65,12 @@ class RequestGrammar:
         accepted = 0
         for t in proposals:
             if not self.matcher.accept_token(int(t)):
-                self.num_refused += 1
+                self.num_refused += 1  # at most one per verify: filling stops here
+                self.num_unchecked += len(proposals) - accepted - 1
                 break
             accepted += 1
             if self.matcher.is_terminated():  # a stop token: the request ends there
+                self.num_unchecked += len(proposals) - accepted
                 break
             self.matcher.fill_next_token_bitmask(bitmask, row + accepted)
         filled = accepted + 1 if not self.matcher.is_terminated() else accepted
