@@ -189,3 +189,21 @@ def test_a_grammar_that_ends_on_an_ordinary_token_keeps_its_text(engines):
     text, tokens, last = asyncio.run(run())
     assert tokens == expected.token_ids and last.finish_reason == "stop"
     assert text == offline.tokenizer.decode(expected.token_ids) and text in ("yes", "no")
+
+
+def test_the_request_log_splits_each_ttft_in_order(engines):
+    front, offline = engines
+    ids = offline.tokenizer("Once upon a time").input_ids
+
+    async def run():
+        streams = [
+            await front.submit(ids, SamplingParams(max_tokens=4), request_id=f"log{i}")
+            for i in range(3)
+        ]
+        return await asyncio.gather(*(collect(s) for s in streams))
+
+    asyncio.run(run())
+    logged = {r.request_id: r for r in front.request_log if r.request_id.startswith("log")}
+    assert set(logged) == {"log0", "log1", "log2"}  # one record each, at its first token
+    for r in logged.values():
+        assert 0 <= r.submitted <= r.taken <= r.scheduled < r.first_token

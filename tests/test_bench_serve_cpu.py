@@ -79,3 +79,13 @@ def test_bench_serve_saves_the_cpu_seconds_of_each_side_every_round(
         cores = os.cpu_count() or 1
         assert r["client_cpu_s"] <= cores * r["duration_s"] + 0.05
     assert all(o["cpu_s"] > 0 for o in saved["workload"]["offline_rounds"])
+
+
+def test_steady_throughput_counts_completions_between_the_4th_and_the_20th():
+    from minillm.bench.serve import RequestResult, steady_throughput
+
+    # 24 requests finishing every 0.1 s from t = 1, then a slow drain the whole-run rate counts
+    ends = [1 + 0.1 * k for k in range(20)] + [10, 11, 12, 13]
+    results = [RequestResult(True, latency=e - 0.5, sent=0.5) for e in ends]
+    assert abs(steady_throughput(results) - 16 / 1.6) < 1e-9  # 16 completions in 1.6 s
+    assert steady_throughput(results[:10]) != steady_throughput(results[:10])  # too few: nan

@@ -274,7 +274,7 @@ def test_operator_routes(server, tokenizer):
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"
     info = httpx.get(server.url + "/tokenizer_info", headers=AUTH, timeout=10).json()
     assert info["tokenizer_class"] and info["eos_token"]
-    for path in ("/stats", "/step_log", "/tokenizer_info"):
+    for path in ("/stats", "/step_log", "/request_log", "/tokenizer_info"):
         assert httpx.get(server.url + path, timeout=10).status_code == 401
     metrics = httpx.get(server.url + "/metrics", timeout=10).text  # open, for Prometheus
     for name in (

@@ -48,6 +48,8 @@ class RequestResult:
     itl: list[float] = field(default_factory=list)
     output_tokens: int = 0
     error: str = ""
+    request_id: str = ""  # the response's id: the engine's id of the request (n = 1)
+    sent: float = 0.0  # perf_counter when the request was sent
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -67,7 +69,7 @@ def make_prompts(num: int, input_len: int, vocab_size: int, seed: int) -> list[l
 
 async def one_request(client, model: str, prompt: list[int], max_tokens: int) -> RequestResult:
     start = time.perf_counter()
-    times, n = [], 0
+    times, n, rid = [], 0, ""
     try:
         stream = await client.completions.create(
             model=model,
@@ -79,6 +81,7 @@ async def one_request(client, model: str, prompt: list[int], max_tokens: int) ->
             extra_body={"ignore_eos": True, "return_token_ids": True},
         )
         async for chunk in stream:
+            rid = chunk.id
             if chunk.choices:
                 got = len(getattr(chunk.choices[0], "token_ids", None) or [])
                 if got:
@@ -90,9 +93,8 @@ async def one_request(client, model: str, prompt: list[int], max_tokens: int) ->
         return RequestResult(False, error=f"{type(e).__name__}: {e}")
     if not times:
         return RequestResult(False, error="no tokens came back")
-    return RequestResult(
-        True, times[0] - start, times[-1] - start, [b - a for a, b in zip(times, times[1:])], n
-    )
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    return RequestResult(True, times[0] - start, times[-1] - start, gaps, n, "", rid, start)
 
 
 async def run_load(
@@ -155,6 +157,16 @@ async def run_load(
     bar.close()
     await client.close()
     return list(results), seconds
+
+
+def steady_throughput(results: list[RequestResult], first: int = 4, last: int = 20) -> float:
+    """Requests completed per second between the `first`-th and the `last`-th completion: the
+    rate once the run has filled and before it drains (a whole run's count over its duration
+    also counts the start, when nothing can finish, and the drain after the last arrival)."""
+    ends = sorted(r.sent + r.latency for r in results if r.ok)
+    if len(ends) < last or ends[last - 1] <= ends[first - 1]:
+        return float("nan")
+    return (last - first) / (ends[last - 1] - ends[first - 1])
 
 
 def summarize(results: list[RequestResult], seconds: float, input_len: int) -> dict:

@@ -33,7 +33,9 @@ the outputs a slow reader has not taken into one, so what waits is bounded only 
 
 `step_log` keeps the last steps' plans (which requests ran together, how many tokens each), so
 the batching across clients can be seen; vLLM's equivalents are its scheduler stats and
-iteration logs.
+iteration logs. `request_log` keeps, per request, when it was submitted, taken off the command
+queue, first scheduled and given its first token, so a TTFT can be split into waiting for the
+running step to end, waiting for a place, and the step that ran its prefill.
 """
 
 from __future__ import annotations
@@ -84,6 +86,18 @@ class StepRecord:
 
 
 @dataclass
+class RequestTimes:
+    """Where one request's time to first token went, in seconds since the engine thread
+    started."""
+
+    request_id: str
+    submitted: float  # `submit` queued its add command (on the event loop)
+    taken: float  # the engine thread took the command, between two steps
+    scheduled: float  # the start of the first step that ran a chunk of it
+    first_token: float  # the end of the step that gave its first token
+
+
+@dataclass
 class _Request:
     """The engine thread's state of one request (the text side; the engine holds the token
     side)."""
@@ -99,6 +113,8 @@ class _Request:
     num_output: int = 0
     done: bool = False
     arrival: float = 0.0  # perf_counter when the engine thread took it (for TTFT)
+    submitted: float = 0.0  # perf_counter when `submit` queued it
+    scheduled: float = 0.0  # perf_counter at the start of the first step that ran it
     last_token: float = 0.0
     first_token: float = 0.0
 
@@ -146,6 +162,7 @@ class AsyncEngine:
             True  # the thread moves each plan into step_log and clears engine.plans
         )
         self.step_log: deque[StepRecord] = deque(maxlen=step_log_size)
+        self.request_log: deque[RequestTimes] = deque(maxlen=step_log_size)
         self.num_steps = 0
         self.commands: queue.Queue = queue.Queue()
         self.requests: dict[str, _Request] = {}  # touched by the engine thread only
@@ -188,7 +205,9 @@ class AsyncEngine:
             else list(prompt_ids)
         )
         stream = RequestStream(self, request_id, out)
-        self.commands.put(("add", stream, prompt, params, stopper, loop, fork_of))
+        self.commands.put(
+            ("add", stream, prompt, params, stopper, loop, fork_of, time.perf_counter())
+        )
         return stream
 
     def abort(self, request_id: str) -> None:
@@ -246,7 +265,7 @@ class AsyncEngine:
 
     def _apply(self, cmd) -> None:
         if cmd[0] == "add":
-            _, stream, prompt, params, stopper, loop, fork_of = cmd
+            _, stream, prompt, params, stopper, loop, fork_of, submitted = cmd
             rid, out = stream.request_id, stream.out
             tok = self.engine.tokenizer
             num_prompt = (
@@ -260,7 +279,7 @@ class AsyncEngine:
                 out,
                 stream,
             )
-            req.loop, req.arrival = loop, time.perf_counter()
+            req.loop, req.arrival, req.submitted = loop, time.perf_counter(), submitted
             req.stop_token_ids = self.engine.stop_token_ids(params)
             try:
                 self.engine.add_request(prompt, params, request_id=rid, fork_of=fork_of)
@@ -281,6 +300,10 @@ class AsyncEngine:
         plans, self.engine.plans = self.engine.plans, []
         self.num_steps += 1
         for plan in plans:
+            for c in plan.chunks:
+                req = self.requests.get(c.request_id)
+                if req is not None and not req.scheduled:
+                    req.scheduled = t  # the step that first ran it (its prefill) began at t
             if plan.chunks:
                 self.step_log.append(
                     StepRecord(
@@ -306,6 +329,14 @@ class AsyncEngine:
             req.last_token = now
             if req.num_output == 1:
                 req.first_token = now
+                self.request_log.append(
+                    RequestTimes(
+                        req.request_id,
+                        *(x - self._started for x in (req.submitted, req.arrival)),
+                        (req.scheduled or t) - self._started,
+                        now - self._started,
+                    )
+                )
             # a stop token (EOS, stop_token_ids) ends the text without showing its own, as in
             # vLLM, whose detokenizer leaves out the last token of a stop-terminated request
             # (a grammar that ends the request on an ordinary token keeps that token's text)

@@ -6,10 +6,11 @@ uvicorn, SSE streams.
 
 Routes (OpenAI's paths, as `vllm serve` has them): POST /v1/completions, POST
 /v1/chat/completions, GET /v1/models, GET /v1/models/{id}; vLLM's GET /health, /metrics
-(Prometheus), /version, /tokenizer_info and POST /tokenize, /detokenize; plus two of this book's
-for watching the engine: GET /stats (the block pool and queues) and GET /step_log (which
-requests each recent step ran together). With --api-key, everything but /health, /metrics and
-/version needs the key.
+(Prometheus), /version, /tokenizer_info and POST /tokenize, /detokenize; plus three of this
+book's for watching the engine: GET /stats (the block pool and queues), GET /step_log (which
+requests each recent step ran together) and GET /request_log (when each recent request was
+submitted, taken between steps, first scheduled and given its first token). With --api-key,
+everything but /health, /metrics and /version needs the key.
 
 A handler validates the body (pydantic, serving/protocol.py), tokenizes (chat: the checkpoint's
 chat template first) on a worker thread, so a long prompt never stalls the event loop, checks
@@ -219,6 +220,11 @@ def create_app(
                 for s in steps
             ]
         }
+
+    @app.get("/request_log")
+    async def request_log(last: int = 200):
+        """Each recent request's submit, take, first-scheduled and first-token times."""
+        return {"requests": [vars(r) for r in list(front.request_log)[-max(0, last) :]]}
 
     def model_card() -> dict:
         return {
