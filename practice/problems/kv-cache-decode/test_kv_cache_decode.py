@@ -281,6 +281,17 @@ def test_generate_stops_after_eos(tiny_model, learner):
     check_equal(len(model.calls), len(expected), f"the model calls of generate(..., eos={eos})")
 
 
+def test_generate_stops_when_the_prefill_picks_eos(tiny_model, learner):
+    """The prefill's token can be eos too: return it alone, after the one prefill call."""
+    prompt = [3, 141, 59, 26, 5]
+    eos = generate_without_cache(tiny_model, prompt, 1)[0]
+    model = counted(tiny_model)
+    check_equal(
+        learner.generate(model, prompt, 8, eos=eos), [eos], f"generate(..., 8, eos={eos})"
+    )
+    check_equal(len(model.calls), 1, f"the model calls of generate(..., 8, eos={eos})")
+
+
 def test_one_new_token_is_the_prefill_alone(tiny_model, learner):
     """max_new_tokens=1: the prefill's logits give the token; no decode step runs."""
     model = counted(tiny_model)
