@@ -146,9 +146,20 @@ def test_longest_prefix_first_serves_the_best_cached_request_first():
     assert fcfs.hits == [0, 0, 16] and lpm.hits == [0, 0, 64]
 
 
-def test_a_next_turn_never_runs_before_the_turn_it_follows():
+def test_a_next_turn_waits_for_the_batch_after_the_turn_it_follows():
+    from minillm.prefix_caching.simulator import _follows
+
     traffic = make_traffic(120, seed=1)
-    result = simulate_scheduling(traffic, 16, 4000, 64, "lpm")
-    assert len(result.hits) == len(traffic)
+    pairs = [
+        (i, j)
+        for i in range(len(traffic))
+        for j in range(i)
+        if _follows(traffic[i], traffic[j])
+    ]
+    assert any(i // 64 == j // 64 for i, j in pairs), "some arrive in the same batch"
+    for policy in ("fcfs", "lpm"):
+        result = simulate_scheduling(traffic, 16, 4000, 64, policy)
+        assert len(result.hits) == len(traffic)
+        assert all(result.served_in[i] > result.served_in[j] for i, j in pairs)
     with pytest.raises(ValueError, match="policy is 'random': expected 'fcfs' or 'lpm'"):
         simulate_scheduling(traffic, 16, 4000, 64, "random")

@@ -1,10 +1,11 @@
 """prefix_caching/simulator.py — the same traffic through a block-hash prefix cache (vLLM) and a
 radix tree (SGLang).
 
-`make_traffic` draws a seeded mix of requests of the kinds real services see: chats that share
-one system prompt and come back turn after turn (each turn's prompt is the whole conversation so
-far), few-shot prompts that start with one of a few long headers, and unrelated one-off prompts.
-Each request's answer is drawn in advance, so both caches see exactly the same tokens.
+`make_traffic` draws synthetic traffic (random token ids, hand-picked lengths) in a seeded mix
+of three kinds: chats that share one system prompt and come back turn after turn (each turn's
+prompt is the whole conversation so far), few-shot prompts that start with one of a few long
+headers, and unrelated one-off prompts. Each request's answer is drawn in advance, so both
+caches see exactly the same tokens.
 
 The simulation serves requests one after another, with no model: the block side runs the
 engine's own `KVCacheManager` (real lookups, real LRU eviction over a pool of `capacity_tokens
@@ -95,6 +96,9 @@ class SimResult:
         0  # tokens of K/V the cache holds at the end (blocks: filed blocks x block_size)
     )
     index_entries: int = 0  # filed blocks, or tree nodes
+    served_in: list[int] = field(
+        default_factory=list
+    )  # batch per request (simulate_scheduling)
 
     @property
     def hit_rate(self) -> float:
@@ -188,10 +192,12 @@ def simulate_scheduling(
     """Serve the traffic through a KVCacheManager in consecutive batches of `window` requests.
 
     Each batch is served to its last request, one request at a time (each finishes before the
-    next starts), before the next batch arrives. policy "fcfs" serves a batch in arrival order;
-    "lpm" (SGLang's longest prefix match) serves next the request of the batch with the longest
-    cached prefix now, never a next turn before the turn it follows. Hits are reported per
-    request in arrival order.
+    next starts), before the next batch arrives. A chat's next turn cannot be sent before the
+    turn it follows is answered, so one whose earlier turn is in the same batch is held back
+    and joins the next batch. policy "fcfs" serves a batch in arrival order; "lpm" (SGLang's
+    longest prefix match) serves next the request of the batch with the longest cached prefix
+    now. Hits, and the batch each request was served in, are reported per request in arrival
+    order.
     """
     if policy not in ("fcfs", "lpm"):
         raise ValueError(f"policy is {policy!r}: expected 'fcfs' or 'lpm'")
@@ -201,19 +207,23 @@ def simulate_scheduling(
     manager = KVCacheManager(
         BlockPool(max(1, capacity // block_size)), block_size, enable_caching=True
     )
-    hits = [0] * len(traffic)
-    for start in range(0, len(traffic), window):
-        waiting = list(range(start, min(start + window, len(traffic))))
+    hits, served_in = [0] * len(traffic), [0] * len(traffic)
+    held: list[int] = []  # next turns whose earlier turn was served in the batch before
+    batch, start = 0, 0
+    while start < len(traffic) or held:
+        arrived = held + list(range(start, min(start + window, len(traffic))))
+        start += window
+        # a next turn exists only once the turn it follows is answered: not in the same batch
+        held = [i for i in arrived if any(_follows(traffic[i], traffic[j]) for j in arrived)]
+        waiting = [i for i in arrived if i not in held]
         while waiting:
-            ready = [
-                i for i in waiting if not any(_follows(traffic[i], traffic[j]) for j in waiting)
-            ]
             if policy == "lpm":
                 usable = lambda i: traffic[i].prompt[:-1]  # noqa: E731 - the last token runs
-                pick = max(ready, key=lambda i: len(manager.lookup(usable(i))))
+                pick = max(waiting, key=lambda i: len(manager.lookup(usable(i))))
             else:
-                pick = ready[0]
+                pick = waiting[0]
             waiting.remove(pick)
+            served_in[pick] = batch
             r = traffic[pick]
             seq = Sequence(f"sim-{pick}", list(r.prompt), SamplingParams())
             blocks, hits[pick] = manager.get_computed_blocks(seq)
@@ -226,8 +236,10 @@ def simulate_scheduling(
             seq.output_ids, seq.num_computed = list(r.output), len(r.kv_tokens)
             manager.cache_full_blocks(seq)
             manager.free(seq)
+        batch += 1
     return SimResult(
         hits=hits,
+        served_in=served_in,
         prompt_tokens=sum(len(r.prompt) for r in traffic),
         index_entries=manager.num_cached_blocks,
         held_tokens=manager.num_cached_blocks * block_size,
