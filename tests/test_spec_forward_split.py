@@ -1,12 +1,14 @@
 """Chapter 9's measuring helpers: c(k) from every oracle row of the sweep, the live forwards'
-paired per-round differences, and the forced `varlen` path left as it was."""
+paired per-round differences, their clocked parts, and the patched functions left as they
+were."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from minillm.bench.forward_split import paired, prepare, time_forms, varlen_only
+import minillm.model
+from minillm.bench.forward_split import clocked, paired, prepare, time_forms, varlen_only
 from minillm.bench.spec_sweep import cost_ratios
 from minillm.paged import PagedAttention
 
@@ -51,10 +53,28 @@ def test_varlen_only_sends_decodes_through_varlen_and_restores_decode(model):
     torch.testing.assert_close(forced, plain, rtol=1e-4, atol=1e-4)
 
 
-def test_time_forms_times_and_profiles_every_form_each_round(model):
+def test_clocked_times_every_projection_and_attention_call_and_restores_both(model):
+    linear, attend = minillm.model.linear, PagedAttention.attend
+    runner, batch = prepare(model, 2, 3, 3, context=5, bs=4)
+    calls = []
+    totals = {"projections": 0.0, "attention": 0.0}
+    with torch.no_grad(), clocked(totals):
+        timed_linear = minillm.model.linear
+        minillm.model.linear = lambda x, w: calls.append(1) or timed_linear(x, w)
+        runner.forward(batch)
+        minillm.model.linear = timed_linear
+    assert minillm.model.linear is linear and PagedAttention.attend is attend
+    # q, k, v, o, gate, up, down per layer, then the output layer
+    assert len(calls) == 7 * model.cfg.num_hidden_layers + 1
+    assert totals["projections"] > 0 and totals["attention"] > 0
+
+
+def test_time_forms_times_every_form_and_its_parts_each_round(model):
     forms = {"decode": (2, 1, 1, False), "verify": (2, 3, 3, False), "forced": (2, 1, 1, True)}
-    wall, proj, ops = time_forms(model, forms, context=5, rounds=2, warmup=1)
-    assert all(len(wall[f]) == len(proj[f]) == 2 for f in forms)
-    assert all(x > 0 for f in forms for x in wall[f] + proj[f])
+    wall, parts = time_forms(model, forms, context=5, rounds=2, warmup=1)
+    for f in forms:
+        assert len(wall[f]) == 2 and all(len(parts[f][p]) == 2 for p in parts[f])
+        for rnd in range(2):  # the parts are inside the forward they were timed in
+            inside = parts[f]["projections"][rnd] + parts[f]["attention"][rnd]
+            assert 0 < inside < wall[f][rnd]
     assert PagedAttention.decode.__name__ == "decode"  # the forced form restored it
-    assert "outside any operator" in ops["verify"]
