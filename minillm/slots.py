@@ -5,7 +5,9 @@ bigger. Per layer, K and V become [max_batch, max_ctx, kv_heads, head_dim]; a re
 a slot (a row) when it arrives and gives it back when it finishes, and the slot's offset (its
 number of stored tokens) says where its next token goes. Prefill runs one request per forward;
 decode runs either one request per forward or every running request in one forward
-(`one_forward_decode_step`), which is what the shared buffer makes possible.
+(`one_forward_decode_step`). The shared buffer makes that step's store one indexed write and its
+gather one indexed read; `PrivateBatchView` runs the same forward over private caches with N of
+each.
 
 The price is memory: each slot reserves max_ctx tokens whether the request uses 30 or 30,000.
 """
@@ -213,24 +215,75 @@ class SlotBatchView:
         """q [N, 1, H, hd], k, v [N, 1, KV, hd] -> [N, 1, H, hd]."""
         self.cache.k[layer][self.rows, self.offsets] = k[:, 0]
         self.cache.v[layer][self.rows, self.offsets] = v[:, 0]
-        longest, H = self.mask.shape[-1], q.shape[2]
+        longest = self.mask.shape[-1]
         k_all = self.cache.k[layer][self.rows, :longest]  # [N, longest, KV, hd]
         v_all = self.cache.v[layer][self.rows, :longest]
-        k_all = k_all.repeat_interleave(H // k_all.shape[2], dim=2)  # [N, longest, H, hd]
-        v_all = v_all.repeat_interleave(H // v_all.shape[2], dim=2)
-        o = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k_all.transpose(1, 2),
-            v_all.transpose(1, 2),
-            attn_mask=self.mask,
-            scale=scale,
-        )  # [N, H, 1, hd]
-        return o.transpose(1, 2)
+        return _masked_attention(q, k_all, v_all, self.mask, scale)
 
     def advance(self) -> None:
         """Count the step's token in every slot, once every layer has stored it."""
         for s in self.slots:
             self.cache.lengths[s] += 1
+
+
+def _masked_attention(q, k_all, v_all, mask, scale) -> torch.Tensor:
+    """q [N, 1, H, hd] over padded histories k_all, v_all [N, longest, KV, hd], under mask [N,
+    1, 1, longest] -> [N, 1, H, hd]."""
+    H = q.shape[2]
+    k_all = k_all.repeat_interleave(H // k_all.shape[2], dim=2)  # [N, longest, H, hd]
+    v_all = v_all.repeat_interleave(H // v_all.shape[2], dim=2)
+    o = F.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        k_all.transpose(1, 2),
+        v_all.transpose(1, 2),
+        attn_mask=mask,
+        scale=scale,
+    )  # [N, H, 1, hd]
+    return o.transpose(1, 2)
+
+
+class PrivateBatchView:
+    """`SlotBatchView` over N private chapter-2 `KVCache`s (batch 1 each) instead of one shared
+    tensor: the same batch [N, 1], mask and attention, but each layer stores the N new K/V with
+    N slice writes and gathers the N histories by slicing each cache to the longest (padding a
+    shorter cache with zeros) and stacking them."""
+
+    def __init__(self, caches: list[KVCache]):
+        for i, c in enumerate(caches):
+            if c.k[0].shape[0] != 1 or c.length >= c.max_len:
+                raise ValueError(
+                    f"cache {i}: expected one sequence with room for one more token, got batch "
+                    f"{c.k[0].shape[0]}, {c.length} of {c.max_len} tokens"
+                )
+        self.caches = caches
+        self.seq_lens = [c.length + 1 for c in caches]  # each history after the step
+        offsets = torch.tensor([c.length for c in caches], device=caches[0].k[0].device)
+        seen = torch.arange(max(self.seq_lens), device=offsets.device) < offsets[:, None] + 1
+        self.mask = seen[:, None, None, :]  # [N, 1, 1, longest], as SlotBatchView's
+
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """q [N, 1, H, hd], k, v [N, 1, KV, hd] -> [N, 1, H, hd]."""
+        longest = self.mask.shape[-1]
+        for i, c in enumerate(self.caches):  # N slice writes, one per private cache
+            c.k[layer][0, c.length] = k[i, 0]
+            c.v[layer][0, c.length] = v[i, 0]
+        # [N, longest, KV, hd], a copy, as SlotBatchView's indexed gather
+        k_all = torch.stack([_padded(c.k[layer][0, :longest], longest) for c in self.caches])
+        v_all = torch.stack([_padded(c.v[layer][0, :longest], longest) for c in self.caches])
+        return _masked_attention(q, k_all, v_all, self.mask, scale)
+
+    def advance(self) -> None:
+        """Count the step's token in every cache, once every layer has stored it."""
+        for c in self.caches:
+            c.length += 1
+
+
+def _padded(history: torch.Tensor, longest: int) -> torch.Tensor:
+    """[T, KV, hd] -> [longest, KV, hd], zeros after T (a cache shorter than the longest)."""
+    short = longest - history.shape[0]
+    return F.pad(history, (0, 0, 0, 0, 0, short)) if short else history
 
 
 @torch.no_grad()

@@ -8,9 +8,10 @@ import torch
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from minillm.kv_cache import generate
+from minillm.kv_cache import KVCache, forward_cached, generate
 from minillm.slots import (
     OutOfSlotsError,
+    PrivateBatchView,
     SlotKVCache,
     SlotRequest,
     SlotView,
@@ -360,3 +361,26 @@ def test_one_forward_decode_checks_before_writing(small):
     with pytest.raises(ValueError, match="request 'empty' has an empty slot 1"):
         one_forward_decode_step(small, cache, [full, empty])
     assert cache.lengths == [4, 0] and all(torch.equal(a, b) for a, b in zip(before, cache.k))
+
+
+def test_one_forward_over_private_caches_gives_the_serial_runs_tokens(small):
+    """N private chapter-2 caches of different lengths (one shorter than the longest history,
+    so its row is padded) decoded in one forward: each request's tokens equal `generate`'s."""
+    specs = [(list(range(1, 21)), 4, 32), ([7, 8], 4, 8), ([3, 1, 4, 1, 5], 4, 12)]
+    caches, tokens = [], []
+    for prompt, _, max_len in specs:
+        caches.append(KVCache.for_model(small, max_len=max_len))
+        logits = forward_cached(small, caches[-1], torch.tensor([prompt]))[0]
+        tokens.append([int(logits.argmax())])
+    for _ in range(3):
+        batch = PrivateBatchView(caches)
+        ids = torch.tensor([t[-1] for t in tokens])[:, None]  # [N, 1]
+        pos = torch.tensor([c.length for c in caches])[:, None]
+        with torch.no_grad():
+            logits = small(ids, pos, batch, logits_indices=[-1])  # [N, 1, V]
+        batch.advance()
+        for t, row in zip(tokens, logits[:, -1]):
+            t.append(int(row.argmax()))
+    for (prompt, max_new, _), t in zip(specs, tokens):
+        assert t == generate(small, prompt, max_new)
+    assert [c.length for c in caches] == [23, 5, 8]
