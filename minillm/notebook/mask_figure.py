@@ -1,7 +1,7 @@
 """mask_figure.py — chapter 5's picture of which keys each query of a flat batch reads.
 
-The mask is the answer to the model-runner-forward exercise, so the chapter draws it with this
-helper instead of printing the code that builds it.
+The chapter shows the figure, not the code that builds the mask: building it is part of an
+exercise, so the builder is private.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from minillm.runner import BatchInput
 
 
-def read_mask(batch: BatchInput) -> torch.Tensor:
+def _read_mask(batch: BatchInput) -> torch.Tensor:
     """[N, S] with S = sum(seq_lens), every request's context side by side: r + 1 where request
     r's query may read the key, 0 where it may not (another request's key, or a later one)."""
     qsl, seq_lens = batch.query_start_loc, batch.seq_lens
@@ -26,11 +26,11 @@ def read_mask(batch: BatchInput) -> torch.Tensor:
 
 
 def read_mask_figure(batch: BatchInput, names: list[str], colors: list[str]):
-    """The figure of `read_mask(batch)`: request r drawn in colors[r] and labelled names[r]."""
+    """The figure of `_read_mask(batch)`: request r drawn in colors[r] and labelled names[r]."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    mask, qsl, seq_lens = read_mask(batch), batch.query_start_loc, batch.seq_lens
+    mask, qsl, seq_lens = _read_mask(batch), batch.query_start_loc, batch.seq_lens
     key_start = [sum(seq_lens[:r]) for r in range(len(seq_lens))]
     owner = [names[r] for r in range(len(seq_lens)) for _ in range(qsl[r + 1] - qsl[r])]
     fig, ax = plt.subplots(figsize=(8, 4.8))

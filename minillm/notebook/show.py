@@ -100,3 +100,25 @@ def _file_of(obj) -> str:
         return path.relative_to(PACKAGE_ROOT).as_posix()
     except ValueError:
         return path.name
+
+
+def cut(listing, blocks):
+    """`listing` (a `Source` or a str) with each block, named by the start of its first and last
+    line, replaced by one `# ... note` comment at the block's indent: a chapter shows a function
+    without the lines of later chapters. Raises ValueError for a block that is not there."""
+    text = listing.text if isinstance(listing, Source) else listing
+    lines = text.splitlines()
+    for first, last, note in blocks:
+        i = next((k for k, line in enumerate(lines) if line.strip().startswith(first)), None)
+        j = next(
+            (k for k in range(i or 0, len(lines)) if lines[k].strip().startswith(last)), None
+        )
+        if i is None or j is None:
+            raise ValueError(f"no block from {first!r} to {last!r} in the listing")
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        lines[i : j + 1] = [f"{indent}# ... {note}"]
+    cut_text = "\n".join(lines) + "\n"
+    if isinstance(listing, Source):
+        listing.parts = [cut_text]
+        return listing
+    return cut_text
