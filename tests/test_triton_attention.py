@@ -147,7 +147,7 @@ def test_the_merge_takes_more_segments_than_its_tile_in_chunks():
 
 @needs_triton
 def test_the_segment_minimises_the_busiest_multiprocessors_walk():
-    from minillm.kernels.split_decode import SEGMENT, decode_segment
+    from minillm.kernels.split_decode import MIN_SPLIT_GAIN, SEGMENT, decode_segment
     from minillm.kernels.traffic import split_decode_traffic
 
     def busiest(batch, context, segment):  # traffic.py's model: waves x longest walk
@@ -155,22 +155,25 @@ def test_the_segment_minimises_the_busiest_multiprocessors_walk():
         return cost.waves(132) * cost.longest_walk
 
     # Qwen3-0.6B's 8 KV heads on an H100 SXM's 132 multiprocessors:
-    # (batch, context, segment picked, its busiest walk, the unsplit one's)
+    # (batch, context, segment picked, the best split's busiest walk, the unsplit one's)
     cases = [
         (1, 32768, 2048, 2048, 32768),  # 8 programs unsplit: 128 of 2,048 keys, one wave
         (17, 32768, 1024, 33792, 65536),  # 136 unsplit: a second wave of 4 programs
         (20, 16384, 512, 19968, 32768),  # 160 unsplit: a second wave of 28
-        (64, 4096, SEGMENT, 16128, 16384),  # 512 unsplit: 4 waves, the last of 116
+        (64, 4096, 4096, 16128, 16384),  # 4 waves, the last of 116: 1.02x, below MIN_SPLIT_GAIN
+        (128, 2048, 2048, 16128, 16384),  # the same 1.02x: unsplit
         (132, 4096, 4096, 32768, 32768),  # 1,056 = 8 full waves: a split gains nothing
     ]
     for batch, context, segment, walk, unsplit in cases:
         picked = decode_segment(batch, 8, context, 132)
         assert picked == segment, (batch, context, picked)
-        assert busiest(batch, context, picked) == walk
         assert busiest(batch, context, context) == unsplit
-        # no candidate walks less: SEGMENT doubled up to the context, or the whole context
-        for other in [SEGMENT << k for k in range(8) if SEGMENT << k < context] + [context]:
-            assert busiest(batch, context, other) >= walk
+        # the best split: SEGMENT doubled up to the context
+        splits = [SEGMENT << k for k in range(8) if SEGMENT << k < context]
+        assert min(busiest(batch, context, s) for s in splits) == walk
+        if picked < context:
+            assert busiest(batch, context, picked) == walk
+        assert (picked < context) == (unsplit >= MIN_SPLIT_GAIN * walk)
     assert decode_segment(64, 8, 4000, 132) == 4000  # unsplit, in whole 32-key tiles
     assert decode_segment(64, 8, 4001, 132) == 4032
     assert decode_segment(1, 8, 200, 132) == 224  # shorter than SEGMENT: never split

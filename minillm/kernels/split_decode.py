@@ -26,6 +26,9 @@ import triton.language as tl  # noqa: E402
 BLOCK_N = 32  # keys per step of a segment's loop
 SEGMENT = 256  # the shortest segment decode_segment picks (a multiple of BLOCK_N)
 MERGE_CHUNK = 16  # segments the merge holds at once: its tile is [16, head_dim] at any context
+MIN_SPLIT_GAIN = (
+    1.25  # the walk leaves out the merge: a split must cut it by this to pay for it
+)
 
 
 def decode_segment(batch: int, kv_heads: int, max_seq_len: int, sms: int) -> int:
@@ -35,7 +38,9 @@ def decode_segment(batch: int, kv_heads: int, max_seq_len: int, sms: int) -> int
     The model: programs run in waves of `sms`, one per multiprocessor at a time, so the busiest
     multiprocessor walks waves x keys per program. The segment minimises that walk, among
     SEGMENT, 2 x SEGMENT, 4 x SEGMENT, ... below the context, and the whole context (one
-    segment, no merge). Ties go to the longer segment: fewer partial results to merge.
+    segment, no merge). Ties go to the longer segment: fewer partial results to merge. The walk
+    leaves out the merge (partial results written and read back, a second launch), so a split
+    is kept only if it cuts the walk by MIN_SPLIT_GAIN or more.
     """
     whole = triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment
 
@@ -48,7 +53,10 @@ def decode_segment(batch: int, kv_heads: int, max_seq_len: int, sms: int) -> int
     while segment < max_seq_len:
         candidates.append(segment)
         segment *= 2
-    return min(candidates, key=lambda s: (busiest_walk(s), -s))
+    best = min(candidates, key=lambda s: (busiest_walk(s), -s))
+    if busiest_walk(best) * MIN_SPLIT_GAIN > busiest_walk(whole):
+        return whole  # the split's gain would not pay for its merge
+    return best
 
 
 @triton.jit
