@@ -41,3 +41,23 @@ def test_nothing_or_something_without_source_is_refused_by_name():
         source()
     with pytest.raises(ValueError, match="cannot show the source of 3"):
         source(3)
+
+
+def test_cut_replaces_each_block_with_one_comment_at_its_indent():
+    from minillm.notebook.show import cut
+
+    text = "def f(x):\n    a = 1\n    if x:\n        b = 2\n        c = 3\n    return a\n"
+    assert cut(text, [("if x", "c = 3", "later")]) == (
+        "def f(x):\n    a = 1\n    # ... later\n    return a\n"
+    )
+    shown = cut(source(cut), [('"""`listing`', "line, replaced", "docstring")])
+    assert "# ... docstring" in shown.text and "replaced by one" not in shown.text
+
+
+def test_cut_refuses_a_block_that_is_not_there():
+    import pytest
+
+    from minillm.notebook.show import cut
+
+    with pytest.raises(ValueError, match="no block"):
+        cut("a = 1\n", [("b =", "b =", "x")])
