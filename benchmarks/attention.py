@@ -166,7 +166,7 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
 
     whole = -(-L // BLOCK_N) * BLOCK_N  # one segment per context, whole tiles
     # what the backend runs for this step: more than one segment per context is the split
-    picked = decode_segment(B, KV, L, multiprocessors(device))
+    picked = decode_segment([L] * B, KV, multiprocessors(device))
     split = picked < L
     segment = picked if split else SEGMENT
 

@@ -165,7 +165,7 @@ def test_the_segment_minimises_the_busiest_multiprocessors_walk():
         (132, 4096, 4096, 32768, 32768),  # 1,056 = 8 full waves: a split gains nothing
     ]
     for batch, context, segment, walk, unsplit in cases:
-        picked = decode_segment(batch, 8, context, 132)
+        picked = decode_segment([context] * batch, 8, 132)
         assert picked == segment, (batch, context, picked)
         assert busiest(batch, context, context) == unsplit
         # the best split: SEGMENT doubled up to the context
@@ -174,9 +174,24 @@ def test_the_segment_minimises_the_busiest_multiprocessors_walk():
         if picked < context:
             assert busiest(batch, context, picked) == walk
         assert (picked < context) == (unsplit >= MIN_SPLIT_GAIN * walk)
-    assert decode_segment(64, 8, 4000, 132) == 4000  # unsplit, in whole 32-key tiles
-    assert decode_segment(64, 8, 4001, 132) == 4032
-    assert decode_segment(1, 8, 200, 132) == 224  # shorter than SEGMENT: never split
+    assert decode_segment([4000] * 64, 8, 132) == 4000  # unsplit, in whole 32-key tiles
+    assert decode_segment([4001] * 64, 8, 132) == 4032
+    assert decode_segment([200], 8, 132) == 224  # shorter than SEGMENT: never split
+
+
+@needs_triton
+def test_the_segment_counts_each_context_at_its_own_length():
+    from minillm.kernels.split_decode import decode_segment
+    from minillm.kernels.traffic import split_decode_traffic
+
+    # one 32K request among 63 of 100 tokens: taken as 64 x 32K, unsplit is 512 programs in 4
+    # waves and no split gains more than 1.03x; at their own lengths, 256-key segments give
+    # 8 x (128 + 63) = 1,528 programs in 12 waves, a walk of at most 3,072 keys
+    lens = [32768] + [100] * 63
+    assert decode_segment([32768] * 64, 8, 132) == 32768
+    assert decode_segment(lens, 8, 132) == 256
+    cost = split_decode_traffic(lens, 16, 8, 128, 256)
+    assert cost.busy_programs == 1528 and cost.waves(132) * cost.longest_walk == 3072
 
 
 @needs_triton
@@ -197,9 +212,7 @@ def test_an_unsplit_decode_step_is_one_launch_and_equals_the_reference():
     kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
     q = torch.randn(batch, kv_heads * group, head_dim, generator=g).to(DEVICE)
     attn = TritonAttention(kv, tables, seq_lens, list(range(batch + 1)))
-    assert attn.segment == decode_segment(
-        batch, kv_heads, max(seq_lens), multiprocessors(DEVICE)
-    )
+    assert attn.segment == decode_segment(seq_lens, kv_heads, multiprocessors(DEVICE))
     assert attn.segment >= max(seq_lens)  # one segment per context
     got = attn.decode(0, q, 0.25)
     want = paged_decode_attention(q, kv, 0, tables, seq_lens, 0.25)

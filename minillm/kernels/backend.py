@@ -45,9 +45,7 @@ class TritonAttention(PagedAttention):
         # sizes the segment axis of the flash-decoding grid
         self.max_seq_len = max(self.seq_lens)
         # keys per decode program: the busiest multiprocessor's shortest walk (decode_segment)
-        self.segment = decode_segment(
-            len(self.seq_lens), kv.num_kv_heads, self.max_seq_len, multiprocessors(device)
-        )
+        self.segment = decode_segment(self.seq_lens, kv.num_kv_heads, multiprocessors(device))
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float

@@ -26,26 +26,27 @@ import triton.language as tl  # noqa: E402
 BLOCK_N = 32  # keys per step of a segment's loop
 SEGMENT = 256  # the shortest segment decode_segment picks (a multiple of BLOCK_N)
 MERGE_CHUNK = 16  # segments the merge holds at once: its tile is [16, head_dim] at any context
-MIN_SPLIT_GAIN = (
-    1.25  # the walk leaves out the merge: a split must cut it by this to pay for it
-)
+MIN_SPLIT_GAIN = 1.25  # heuristic margin for the merge, which the walk leaves out
 
 
-def decode_segment(batch: int, kv_heads: int, max_seq_len: int, sms: int) -> int:
-    """Keys per program of the segment kernel for a step of `batch` decodes on `sms`
-    multiprocessors, every context taken as `max_seq_len` keys.
+def decode_segment(seq_lens: list[int], kv_heads: int, sms: int) -> int:
+    """Keys per program of the segment kernel for a step of decodes of contexts `seq_lens` on
+    `sms` multiprocessors.
 
-    The model: programs run in waves of `sms`, one per multiprocessor at a time, so the busiest
-    multiprocessor walks waves x keys per program. The segment minimises that walk, among
-    SEGMENT, 2 x SEGMENT, 4 x SEGMENT, ... below the context, and the whole context (one
-    segment, no merge). Ties go to the longer segment: fewer partial results to merge. The walk
-    leaves out the merge (partial results written and read back, a second launch), so a split
-    is kept only if it cuts the walk by MIN_SPLIT_GAIN or more.
+    The model: a segment length gives kv_heads x sum(cdiv(len, segment)) programs, run in
+    waves of `sms`, one per multiprocessor at a time; the busiest multiprocessor walks at most
+    waves x keys per program (the segment, or the longest context if shorter). The segment
+    minimises that walk, among SEGMENT, 2 x SEGMENT, 4 x SEGMENT, ... below the longest context,
+    and the whole longest context (one segment per request, no merge). Ties go to the longer
+    segment: fewer partial results to merge. The walk leaves out the merge (partial results
+    written and read back, a second launch), so a split is kept only if it cuts the walk by
+    MIN_SPLIT_GAIN, a heuristic margin, or more.
     """
+    max_seq_len = max(seq_lens)
     whole = triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment
 
     def busiest_walk(segment: int) -> int:
-        programs = batch * kv_heads * triton.cdiv(max_seq_len, segment)
+        programs = kv_heads * sum(triton.cdiv(n, segment) for n in seq_lens)
         return triton.cdiv(programs, sms) * min(segment, max_seq_len)
 
     candidates = [whole]
@@ -55,7 +56,7 @@ def decode_segment(batch: int, kv_heads: int, max_seq_len: int, sms: int) -> int
         segment *= 2
     best = min(candidates, key=lambda s: (busiest_walk(s), -s))
     if busiest_walk(best) * MIN_SPLIT_GAIN > busiest_walk(whole):
-        return whole  # the split's gain would not pay for its merge
+        return whole  # the split's gain is under the merge's margin
     return best
 
 
