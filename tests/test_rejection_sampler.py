@@ -106,13 +106,20 @@ def test_the_draws_are_seeded():
     assert a == b and len({tuple(x) for x in a}) > 3
 
 
-def test_target_probs_are_what_sample_draws_from():
-    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
-    sp = SamplingParams(temperature=0.7, top_k=10, top_p=0.9)
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(temperature=0.7, top_k=10, top_p=0.9),
+        SamplingParams(temperature=1.0, min_p=0.3),
+        SamplingParams(temperature=1.3, min_p=0.1, top_k=20, top_p=0.95),
+    ],
+)
+def test_target_probs_are_what_sample_draws_from(sp):
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
     probs = target_probs(logits, sp)
     for i in range(3):
         drawn = {sample(logits[i : i + 1], [sp], [s], [0])[0] for s in range(200)}
-        assert drawn <= set(torch.nonzero(probs[i]).flatten().tolist())
+        assert drawn == set(torch.nonzero(probs[i]).flatten().tolist())
     assert torch.allclose(probs.sum(-1), torch.ones(3))
 
 

@@ -401,6 +401,20 @@ def test_disable_by_batch_size_stops_proposals_in_a_full_batch(model, reference)
     ]
 
 
+@pytest.mark.parametrize("cfg", CONFIGS[1:4:2], ids=lambda c: c["method"])
+def test_min_p_one_samples_the_argmax_with_speculation(model, reference, cfg):
+    # min_p = 1 keeps only the most likely token, so a sampled request must decode greedily; a
+    # verify that forgot min_p would draw other tokens from the target's wider distribution.
+    engine = LLMEngine(
+        model, block_size=4, num_blocks=64, eos_token_id=[], speculative_config=cfg
+    )
+    prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [9, 1, 9, 1, 9], [3, 4, 8, 2]]
+    params = SamplingParams(max_tokens=16, ignore_eos=True, temperature=1.0, min_p=1.0, seed=0)
+    outs = engine.generate(prompts, [params] * len(prompts))
+    assert engine.spec_stats.num_drafts > 0
+    assert [o.token_ids for o in outs] == [reference(p, 16) for p in prompts]
+
+
 def test_bench_speculative_options_are_checked():
     from minillm.bench.spec import FULL_RUN, QUICK_RUN, parse_args
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from minillm.sampling import SamplingParams, apply_top_k_top_p, step_seed
+from minillm.sampling import SamplingParams, apply_min_p, apply_top_k_top_p, step_seed
 
 ACCEPT, RESIDUAL = (
     0x5EC1,
@@ -61,9 +61,12 @@ def greedy_verify(
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution sampling.sample draws from for these rows of logits [n, V]: temperature,
-    top-k, top-p."""
+    then min_p, then top-k and top-p, in sample's order (a filter left out here would make
+    speculation draw from a different distribution than plain sampling)."""
     x = logits.float()
     x = (x - x.max(dim=-1, keepdim=True).values) / params.temperature
+    if params.min_p > 0:
+        x = apply_min_p(x, [params.min_p] * len(x))
     x = apply_top_k_top_p(x, [params.top_k] * len(x), [params.top_p] * len(x))
     return x.softmax(dim=-1)  # [n, V]
 
