@@ -88,8 +88,9 @@ def test_counting_stops_with_the_block():
     with count_traffic() as counted:
         triton_attention(q, kv, 0, tables, [5], qsl, 0.25)
     before = dict(counted.loaded)
+    assert counted.launches == 1
     triton_attention(q, kv, 0, tables, [5], qsl, 0.25)
-    assert counted.loaded == before
+    assert counted.loaded == before and counted.launches == 1
 
 
 def test_the_models_scale_to_a_real_model_without_running_it():
@@ -143,5 +144,5 @@ def test_the_torch_store_takes_two_operations_and_the_cache_write_one_launch():
     assert [name for name, _, _ in store.ops] == ["aten.index_copy_.default"] * 2
     with count_traffic() as write:
         triton_cache_write(k, v, kv.k[0], kv.v[0], slots)
-    assert write.programs == 3  # one launch, one program per new token: K and V together
+    assert write.launches == 1 and write.programs == 3  # a program per new token: K and V
     assert write.loaded["k_ptr"] == write.loaded["v_ptr"] == 3 * 2 * 8

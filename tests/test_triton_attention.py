@@ -222,7 +222,42 @@ def test_an_unsplit_decode_step_is_one_launch_and_equals_the_reference():
 
         with count_traffic() as counted:
             attn.decode(0, q, 0.25)
-        assert counted.programs == batch * kv_heads  # the segment kernel alone, no merge
+        assert counted.launches == 1  # the segment kernel alone, no merge
+        assert counted.programs == batch * kv_heads
+
+
+@needs_triton
+def test_a_split_decode_step_is_two_launches_and_equals_the_reference():
+    from minillm.kernels.backend import TritonAttention
+    from minillm.kernels.split_decode import SEGMENT, decode_segment
+    from minillm.kernels.triton_runtime import multiprocessors
+
+    # 8 KV heads, contexts of 600 and 90: (3 + 1) x 8 = 32 programs in segments of 256, one
+    # wave walking 256 keys against 608 unsplit, so the backend splits and merges
+    kv_heads, group, head_dim, seq_lens = 8, 2, 16, [600, 90]
+    g = torch.Generator().manual_seed(6)
+    need = [-(-n // 16) for n in seq_lens]
+    pool = torch.randperm(sum(need), generator=g).tolist()
+    tables = [pool[: need[0]], pool[need[0] :]]
+    kv = PagedKVCache(1, len(pool), 16, kv_heads, head_dim, device=DEVICE)
+    kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
+    kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
+    q = torch.randn(2, kv_heads * group, head_dim, generator=g).to(DEVICE)
+    attn = TritonAttention(kv, tables, seq_lens, [0, 1, 2])
+    assert attn.decode_only
+    assert attn.segment == decode_segment(seq_lens, kv_heads, multiprocessors(DEVICE))
+    assert attn.segment == SEGMENT < max(seq_lens)  # split: 3 segments and 1
+    got = attn.decode(0, q, 0.25)
+    want = paged_decode_attention(q, kv, 0, tables, seq_lens, 0.25)
+    assert (got - want).abs().max().item() < TOL
+    if interpreting():
+        from minillm.kernels.traffic import count_traffic
+
+        with count_traffic() as counted:
+            attn.decode(0, q, 0.25)
+        assert counted.launches == 2  # the segment kernel, then the merge
+        # grids (B, KV, segments of the longest) and (B, H)
+        assert counted.programs == 2 * kv_heads * 3 + 2 * kv_heads * group
 
 
 @needs_triton

@@ -33,6 +33,7 @@ from minillm.kernels.triton_runtime import H100_SMS, interpreting
 class Traffic:
     """Elements loaded per kernel argument, over all programs of one or more launches."""
 
+    launches: int = 0  # kernel launches (one grid each)
     programs: int = 0  # grid points launched (a program that returns at once counts too)
     loaded: dict[str, int] = field(default_factory=dict)  # argument name -> elements read
     distinct: dict[str, set] = field(default_factory=dict)  # argument name -> addresses read
@@ -52,8 +53,9 @@ def _extent(t) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def count_traffic():
-    """Count, for every interpreted launch inside the block, the programs run and the elements
-    each tensor argument gives its loads. Yields a Traffic filled in as the launches run."""
+    """Count, for every interpreted launch inside the block, the launch, the programs run and
+    the elements each tensor argument gives its loads. Yields a Traffic filled in as the
+    launches run."""
     if not interpreting():
         raise RuntimeError(
             "count_traffic needs Triton's interpreter (TRITON_INTERPRET=1): compiled kernels "
@@ -71,6 +73,7 @@ def count_traffic():
 
     def init_args(self, args_dev, kwargs):
         args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
+        traffic.launches += 1  # called once per launch, before its first program
         named = inspect.getcallargs(self.fn, *args_hst, **kwargs_hst)
         seen_by.clear()
         ranges[:] = sorted(
