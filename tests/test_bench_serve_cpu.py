@@ -79,6 +79,8 @@ def test_bench_serve_saves_the_cpu_seconds_of_each_side_every_round(
         cores = os.cpu_count() or 1
         assert r["client_cpu_s"] <= cores * r["duration_s"] + 0.05
     assert all(o["cpu_s"] > 0 for o in saved["workload"]["offline_rounds"])
+    # the load before the command (what else ran) and after it, both saved
+    assert all(saved["workload"][k] >= 0 for k in ("load_average_before", "load_average_after"))
 
 
 def test_steady_throughput_counts_completions_between_the_4th_and_the_20th():

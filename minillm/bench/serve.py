@@ -325,8 +325,10 @@ def num_server_steps(root_url: str) -> int:
 
 
 def main(args) -> int:
+    from minillm.bench.common import load_average
     from minillm.model import ModelConfig, read_config
 
+    load_before = load_average()  # before this command's own load: what else was running
     model = args.model
     if model is None:
         from minillm.bench.common import bench_model_path
@@ -450,7 +452,8 @@ def main(args) -> int:
             "offline_rounds": offline_runs,
             "repeats": args.repeats,
             "cpu_count": os.cpu_count(),
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "load_average_before": load_before,  # 1-minute load averages
+            "load_average_after": load_average(),
         }
         args.save.parent.mkdir(parents=True, exist_ok=True)
         args.save.write_text(
