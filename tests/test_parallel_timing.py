@@ -3,6 +3,10 @@ return one number per size or step, and refuse bad arguments by name (no timing 
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import time
+
 import pytest
 
 from minillm.parallel.timing import (
@@ -56,6 +60,10 @@ def test_decode_step_split_clocks_every_rank_only_across_ranks(model_path):
         # 2L + 1 all-reduces and the logits' gather on each rank; waiting and transfer add up
         # to each rank's time inside them
         assert len(s.calls) == len(rank1.calls) == 2 * 2 + 2
+        # each call's run-queue wait, on both ranks, and the step's over all threads
+        assert len(s.queued) == len(rank1.queued) == len(s.calls)
+        assert all(0 <= q <= b - a for q, (a, b) in zip(rank1.queued, rank1.calls))
+        assert s.queued_s >= 0 and rank1.queued_s >= 0
         for (wait, transfer), inside in zip(
             s.waiting(), (s.collectives_s, rank1.collectives_s), strict=True
         ):
@@ -76,6 +84,35 @@ def test_waiting_is_the_time_before_the_last_rank_arrives():
     assert (w0, t0) == pytest.approx((2.0, 1.5)) and (w1, t1) == pytest.approx((0.5, 1.1))
     with pytest.raises(ValueError, match=r"\[2, 1\] collective calls"):
         StepSplit(12.0, 0.2, [RankTimes(0.1, 10.0, [(3.0, 4.0)])], s.calls).waiting()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="Linux only")
+def test_run_queue_counts_the_time_a_ready_process_waits_for_a_core():
+    from minillm.parallel.processes import run_queue_s
+
+    # More busy processes than cores, all on this one core: each waits for the others.
+    # (The children inherit this process's affinity, set first.)
+    before, mask = run_queue_s(all_threads=True), os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mask)})
+    try:
+        ctx = multiprocessing.get_context("fork")
+        spinners = [ctx.Process(target=_spin, args=(0.3,)) for _ in range(2)]
+        for p in spinners:
+            p.start()
+        _spin(0.3)
+        for p in spinners:
+            p.join()
+    finally:
+        os.sched_setaffinity(0, mask)
+    waited = run_queue_s(all_threads=True) - before
+    assert waited > 0.05  # this process alone: about two thirds of 0.3 s on a shared core
+    assert run_queue_s() <= run_queue_s(all_threads=True)
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def test_comm_stats_keep_each_call_only_when_asked():

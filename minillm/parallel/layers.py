@@ -34,6 +34,7 @@ from torch import nn
 
 from minillm.checking import check_int
 from minillm.linear import linear
+from minillm.parallel.processes import run_queue_s
 
 COLUMN = (
     "q_proj",
@@ -58,6 +59,7 @@ class CommStats:
     gather_bytes: int = 0
     seconds: float = 0.0
     calls: list[tuple[float, float]] = field(default_factory=list)  # (entered, left), in order
+    queued: list[float] = field(default_factory=list)  # run-queue seconds inside each call
     record_calls: bool = False  # keep `calls` (a timing run): off, a long-lived engine's list
     # would grow by 2L + 2 entries every step
 
@@ -65,13 +67,21 @@ class CommStats:
         self.all_reduce = self.all_reduce_bytes = self.gather = self.gather_bytes = 0
         self.seconds = 0.0
         self.calls = []
+        self.queued = []
 
-    def clock(self, start: float) -> None:
-        """Count a collective entered at `start` that has just returned."""
+    def queued_now(self) -> float:
+        """This thread's run-queue seconds so far, read only in a timing run (a /proc read)."""
+        return run_queue_s() if self.record_calls else 0.0
+
+    def clock(self, start: float, queued: float | None = None) -> None:
+        """Count a collective entered at `start`, with `queued_now()` read just before it, that
+        has just returned."""
         end = time.perf_counter()
         self.seconds += end - start
         if self.record_calls:
             self.calls.append((start, end))
+            # ready to run inside the call, but no core was free
+            self.queued.append(0.0 if queued is None else run_queue_s() - queued)
 
 
 @dataclass
@@ -94,9 +104,10 @@ class TensorParallelGroup:
             return x
         self.stats.all_reduce += 1
         self.stats.all_reduce_bytes += x.numel() * x.element_size()
+        queued = self.stats.queued_now()
         start = time.perf_counter()
         x = self.sum_over_ranks(x)
-        self.stats.clock(start)
+        self.stats.clock(start, queued)
         return x
 
     def sum_over_ranks(self, x: torch.Tensor) -> torch.Tensor:
@@ -114,9 +125,10 @@ class TensorParallelGroup:
             return x
         self.stats.gather += 1
         self.stats.gather_bytes += x.numel() * x.element_size()
+        queued = self.stats.queued_now()
         start = time.perf_counter()
         parts = self.gather_to_first(x.contiguous())
-        self.stats.clock(start)
+        self.stats.clock(start, queued)
         return torch.cat(parts, dim=-1)[..., :total] if self.rank == 0 else None
 
     def gather_to_first(self, x: torch.Tensor) -> list[torch.Tensor] | None:

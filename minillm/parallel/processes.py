@@ -2,6 +2,7 @@
 
     start_without_main(p)                  # spawn p without re-running the caller's script
     end_processes(procs, conns, grace_s)   # wait, then kill the stragglers; close the pipes
+    run_queue_s(all_threads)               # seconds this thread (or process) waited for a core
 
 Asking the processes to stop is each protocol's own business (a `None`, a `("stop",)`, an
 answer it waits for); what follows the asking is the same everywhere, and lives here.
@@ -9,6 +10,7 @@ answer it waits for); what follows the asking is the same everywhere, and lives 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import types
@@ -42,3 +44,25 @@ def end_processes(procs: list, conns: list, grace_s: float) -> None:
         conn.close()
     procs.clear()
     conns.clear()
+
+
+def run_queue_s(all_threads: bool = False) -> float:
+    """Seconds this thread, or with `all_threads` every thread of this process, has so far been
+    ready to run but waiting for a core: the second field of Linux's schedstat. 0.0 where the
+    kernel does not keep it, so a difference of two readings is then 0.0 too."""
+    paths = ["/proc/thread-self/schedstat"]
+    if all_threads:
+        try:
+            paths = [
+                f"/proc/self/task/{tid}/schedstat" for tid in os.listdir("/proc/self/task")
+            ]
+        except FileNotFoundError:  # no /proc: not Linux
+            return 0.0
+    total = 0
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                total += int(f.read().split()[1])  # run time, run-queue wait, slices (ns)
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            pass  # a thread that ended between the listing and the read waits no more
+    return total / 1e9

@@ -8,6 +8,8 @@ counts, or the median with `statistic="median"`; `all_reduce_times` returns ever
 two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
 all-reduces, plus the cost of handing the step to the workers. `decode_step_split` splits each
 step on every rank: the hand-over, each rank's forward, and its time inside the collectives.
+Every rank also reads, around each collective and over the step, how long its threads were
+ready to run but waited for a core (`run_queue_s`, Linux's schedstat).
 `decode_forward_times` clocks the forward inside each step of one process, of the whole model or
 of rank 0's shard run alone (its collectives no-ops), so the compute's share can be set apart.
 Two measurements then isolate why a TP=2 step on a small CPU costs more than those parts:
@@ -24,7 +26,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
@@ -33,7 +35,7 @@ import torch.nn.functional as F
 from minillm.checking import check_int
 from minillm.parallel.collectives import HOST
 from minillm.parallel.layers import TensorParallelGroup
-from minillm.parallel.processes import end_processes, start_without_main
+from minillm.parallel.processes import end_processes, run_queue_s, start_without_main
 from minillm.parallel.workers import RankTimes
 
 STORE_TIMEOUT_S = 300  # spawned ranks import torch first: slow on a loaded machine
@@ -145,6 +147,8 @@ class StepSplit:
     send_s: float  # rank 0 preparing the batch and handing it to the workers
     workers: list[RankTimes]  # ranks 1 .. N-1, their own clocks of the same step
     calls: list[tuple[float, float]]  # rank 0's (entered, left) of each collective, in order
+    queued: list[float] = field(default_factory=list)  # rank 0's run-queue s in each call
+    queued_s: float = 0.0  # run-queue seconds of all rank 0's threads over the step
 
     @property
     def collectives_s(self) -> float:
@@ -204,14 +208,20 @@ def decode_step_split(
             while engine.has_unfinished():
                 if tp is not None:
                     tp.stats.reset()
-                start = time.perf_counter()
+                queued, start = run_queue_s(all_threads=True), time.perf_counter()
                 engine.step()
                 step_s = time.perf_counter() - start
+                queued = run_queue_s(all_threads=True) - queued
                 if tp is None:
-                    split.append(StepSplit(step_s, 0.0, [], []))
+                    split.append(StepSplit(step_s, 0.0, [], [], [], queued))
                     continue
                 workers = engine.runner.workers.times()  # asked after the clock stopped
-                split.append(StepSplit(step_s, engine.runner.send_s, workers, tp.stats.calls))
+                split.append(
+                    StepSplit(
+                        step_s, engine.runner.send_s, workers, tp.stats.calls, tp.stats.queued,
+                        queued,
+                    )
+                )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     return split

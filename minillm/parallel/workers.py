@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
@@ -37,7 +37,7 @@ from minillm.checking import check_float, check_int
 from minillm.model import Transformer
 from minillm.paged import PagedKVCache
 from minillm.parallel.layers import TensorParallelGroup, weight_bytes
-from minillm.parallel.processes import end_processes, start_without_main
+from minillm.parallel.processes import end_processes, run_queue_s, start_without_main
 from minillm.runner import BatchInput, ModelRunner
 
 TIMEOUT_ENV = "MINILLM_TP_TIMEOUT_S"  # seconds a collective may wait for the other ranks
@@ -62,6 +62,8 @@ class RankTimes:
     handover_s: float  # from rank 0 sending the batch to this rank starting: pickle, pipe
     forward_s: float  # this rank's forward, its own preparation of the batch included
     calls: list[tuple[float, float]]  # (entered, left) of each collective, in order
+    queued: list[float] = field(default_factory=list)  # main thread's run-queue s in each call
+    queued_s: float = 0.0  # run-queue seconds of all this rank's threads over forward_s
 
     @property
     def collectives_s(self) -> float:
@@ -150,12 +152,14 @@ def _worker_main(
                 runner = ModelRunner(model, kv)
                 conn.send(("cache", sum(t.numel() * t.element_size() for t in kv.k + kv.v)))
             elif message[0] == "forward":
-                started = time.perf_counter()
+                started, queued = time.perf_counter(), run_queue_s(all_threads=True)
                 model.tp.stats.reset()  # so that `calls` holds this forward's only
                 runner.forward(message[1])  # the logits go to rank 0 inside the model's gather
+                stats = model.tp.stats
                 last = RankTimes(
-                    started - message[2], time.perf_counter() - started, model.tp.stats.calls
-                )
+                    started - message[2], time.perf_counter() - started, stats.calls,
+                    stats.queued, run_queue_s(all_threads=True) - queued,
+                )  # fmt: skip
             elif message[0] == "times":
                 conn.send(("times", last))
             elif message[0] == "stop":
