@@ -1,5 +1,6 @@
 """Tests for apply_bitmask: the example, bit 31, random masks and vocabulary sizes against a
-token-by-token reader; unlisted rows untouched; arguments unchanged; shape errors."""
+token-by-token reader; padding bits and extra words ignored; unlisted rows untouched; arguments
+unchanged; shape errors."""
 
 import random
 
@@ -72,6 +73,21 @@ def test_random_masks_and_vocabularies(learner):
         check_equal(out, expected, f"apply_bitmask with V={V}, rows={rows}")
         if not (torch.equal(logits, before[0]) and torch.equal(bitmask, before[1])):
             fail("apply_bitmask changed its arguments: expected a new tensor, inputs unchanged")
+
+
+def test_bits_and_words_past_the_vocabulary_are_ignored(learner):
+    """V = 40 in 3 words per row: bits 40..63 of word 1 and all of word 2 are set; only tokens
+    0..39 are read, each row from its own words."""
+    logits = torch.zeros(2, 40)
+    row_0 = [0b1, -(1 << 8) | 1 << 3, -1]  # tokens 0 and 35; the rest is past V
+    bitmask = torch.tensor([row_0, [0b10, -1, -1]], dtype=torch.int32)
+    out = learner.apply_bitmask(logits, bitmask, [0, 1])
+    kept = [torch.isfinite(out[r]).nonzero().flatten().tolist() for r in (0, 1)]
+    check_equal(
+        kept,
+        [[0, 35], [1, *range(32, 40)]],
+        "tokens kept from a [2, 3] bitmask for V = 40",
+    )
 
 
 def test_short_bitmask_is_refused_by_shape(learner):
