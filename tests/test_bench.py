@@ -289,6 +289,32 @@ def test_a_target_is_judged_on_every_rounds_ratio():
     assert spread_verdict([1.01, 1.08], 1.05, at_most=True) == "within noise"
 
 
+def test_the_mixed_aim_is_judged_on_every_round(capsys):
+    from minillm.bench.report import print_mixed
+
+    mixed = dict(
+        workload=dict(requests=2, prompt_lens=[8, 16], max_tokens=[2, 4], concurrency=2),
+        useful_output_tokens=6,
+        engine_tokens_per_s=30.0,
+        aim=3.0,
+        hf_tokens_per_s=9.0,
+        engine_vs_hf=3.2,  # the median clears the aim ...
+        engine_vs_hf_rounds=[3.2, 2.9, 3.4],  # ... one round does not
+        padding=dict(
+            output_positions=8,
+            useful_output_tokens=6,
+            prompt_positions=32,
+            useful_prompt_tokens=24,
+        ),
+    )
+    print_mixed(mixed)
+    assert "2.90x" in capsys.readouterr().out.split("engine / transformers")[1]
+    print_mixed(mixed)
+    assert capsys.readouterr().out.rstrip().endswith("within noise")
+    print_mixed(dict(mixed, engine_vs_hf_rounds=[3.2, 3.1, 3.4]))
+    assert capsys.readouterr().out.rstrip().endswith(") ok")
+
+
 def test_forms_time_weights_that_exceed_the_cache():
     # A weight timed over and over stays in the last-level cache and reports more GB/s than
     # memory delivers: the forms cycle through copies that together exceed COLD_BYTES.

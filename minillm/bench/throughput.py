@@ -522,7 +522,10 @@ def main(argv=None) -> int:
         ratios_ok
         and not profiles
         and not problems
-        and ("engine_vs_hf" not in mixed or mixed["engine_vs_hf"] >= MIXED_AIM)
+        and (
+            "engine_vs_hf" not in mixed
+            or spread_verdict(mixed["engine_vs_hf_rounds"], MIXED_AIM) == "ok"
+        )
     )
     print(
         "all targets and aims met"
