@@ -33,11 +33,12 @@ def hf_logits(
 
 FP32_BOUND = 1e-4  # the book's float32 parity threshold
 # How many times transformers' own float32 rounding error (against float64) a float32 run may
-# differ from it by. minillm's packed oneDNN kernel rounds the projections differently from
-# transformers' F.linear (MKL): on SmolLM2's 50-token chat its error is 1.7x transformers', so
-# the two can differ by the sum, 2.7x (chapter 1 prints both, and shows on SmolLM2 and on the
-# tiny model that with F.linear in its place the two agree bit for bit); a real difference (a
-# wrong eps, theta or mask) is orders of magnitude larger.
+# differ from it by. Two runs differ by at most the sum of their errors against float64, so 3
+# holds whenever minillm's error is at most twice transformers'. minillm's packed oneDNN kernel
+# rounds the projections differently from transformers' F.linear (MKL); chapter 1 prints the
+# ratio of the two errors on SmolLM2's chat, and shows that with F.linear in its place the two
+# agree bit for bit. A real difference (a wrong eps, theta or mask) is orders of magnitude
+# larger.
 ROUNDING_FACTOR = 3
 
 

@@ -45,9 +45,9 @@ def silu(z):
     return z / (1 + math.exp(-z)) if z >= 0 else z * math.exp(z) / (1 + math.exp(z))
 
 
-def test_fuse_gate_up_puts_gate_rows_first(learner):
-    """fuse_gate_up stacks the rows: gate's I rows, then up's I rows, [2*I, d] (what
-    SiluAndMul expects, and what the loader builds from the checkpoint's two tensors)."""
+def test_fuse_gate_up_lays_out_the_shards_as_vllms_loader_does(learner):
+    """fuse_gate_up builds the [2*I, d] weight that vLLM's loader builds from the checkpoint's
+    two tensors: each shard at its offset along the output dimension."""
     g = torch.Generator().manual_seed(5)
     for inter, d in [(3, 5), (4, 2), (1, 1), (6, 6)]:
         gate, up = torch.randn(inter, d, generator=g), torch.randn(inter, d, generator=g)
@@ -56,8 +56,8 @@ def test_fuse_gate_up_puts_gate_rows_first(learner):
         swapped = torch.cat([up, gate])
         if isinstance(got, torch.Tensor) and got.shape == swapped.shape and got.equal(swapped):
             fail(
-                f"{what} puts up's rows first: the gate's {inter} rows come first, because "
-                "SiluAndMul applies silu to the first half of the product"
+                f"{what} puts up's rows first: which shard number does stacked_params_mapping "
+                "give gate_proj, and at which offset does weight_loader copy that shard?"
             )
         check_close(got, torch.cat([gate, up]), what, atol=0.0, dtype=torch.float32)
 
@@ -88,13 +88,13 @@ def show_values(x):
 
 
 def test_activation_goes_on_the_gate_branch(learner):
-    """silu(gate(x)) * up(x): the activation is on the gate (the first half), and up stays
+    """silu(gate(x)) * up(x): the activation is on the gate's half of the product, and up stays
     linear."""
     got = learner.swiglu_mlp(scalar(1), torch.tensor([[2.0], [-3.0]]), scalar(0.5))
     check_close(
         got,
         scalar(silu(2) * -3 * 0.5),
-        "swiglu_mlp(x=1) with gate_up [[2], [-3]] (gate 2, up -3), down 0.5",
+        "swiglu_mlp(x=1) with gate_up = fuse_gate_up(gate [[2]], up [[-3]]), down 0.5",
         atol=1e-6,
     )
 

@@ -1,7 +1,7 @@
 """Wrong: fuses up's rows first and takes the gate from the second half: consistent with
 itself, but not with the layout vLLM's loader builds and SiluAndMul reads (gate first).
 
-Caught by: test_fuse_gate_up_puts_gate_rows_first.
+Caught by: test_fuse_gate_up_lays_out_the_shards_as_vllms_loader_does.
 """
 
 import torch
