@@ -251,17 +251,14 @@ class Scheduler:
                     # line
                     break
             else:
-                hit_blocks, num_hit = self.kv.get_computed_blocks(
-                    seq
-                )  # chapter 7's prefix cache; ([], 0) when off
+                # chapter 7's prefix cache; ([], 0) when off
+                hit_blocks, num_hit = self.kv.get_computed_blocks(seq)
             n = min(seq.num_tokens - num_hit, budget)
             if not self.kv.allocate_slots(seq, num_hit + n, hit_blocks):
                 break  # first come, first served: nobody overtakes the head of the queue
             self.waiting.popleft()
-            seq.status, seq.num_computed = (
-                "running",
-                num_hit,
-            )  # the first chunk starts after the cached prefix
+            # the first chunk starts after the cached prefix
+            seq.status, seq.num_computed = "running", num_hit
             cache.admit(seq, num_hit)
             self.running.append(seq)
             chunks.append(self._chunk(seq, n))

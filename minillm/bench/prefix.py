@@ -107,9 +107,10 @@ def serve(engine, prompts, params) -> tuple[list, list[float]]:
     while engine.has_unfinished():
         start = time.perf_counter()
         events = engine.step()
+        # a request may finish in the step that admits it
         for rid in [s.request_id for s in engine.scheduler.running] + [
             ev.request_id for ev in events if ev.output is not None
-        ]:  # a request may finish in the step that admits it
+        ]:
             admitted.setdefault(rid, start)
         outs.update({ev.request_id: ev.output for ev in events if ev.output is not None})
     return [outs[i] for i in ids], [admitted[i] - added[i] for i in ids]
@@ -147,9 +148,8 @@ def parse_args(argv):
         show = lambda v: ",".join(map(str, v)) if isinstance(v, list) else v  # noqa: E731
         return f"(default: {show(FULL_RUN[name])}; with --quick: {show(QUICK_RUN[name])})"
 
-    p.add_argument(
-        "--workload", default="shared-prefix", choices=["shared-prefix"]
-    )  # how bench.main sends us here
+    # how bench.main sends us here
+    p.add_argument("--workload", default="shared-prefix", choices=["shared-prefix"])
     p.add_argument(
         "--model",
         type=existing_folder,
@@ -228,9 +228,8 @@ def main(argv=None) -> int:
         run(model, warm, 2, enable, args.concurrency, args.budget, alone)
     rounds = {m: [] for m in modes}
     for r in range(args.repeats):
-        for m in (
-            modes if r % 2 == 0 else modes[::-1]
-        ):  # alternate the order, so drift hits every mode alike
+        # alternate the order, so drift hits every mode alike
+        for m in modes if r % 2 == 0 else modes[::-1]:
             rounds[m].append(
                 run(model, prompts, args.max_tokens, m[0], args.concurrency, args.budget, m[1])
             )
@@ -289,9 +288,8 @@ def main(argv=None) -> int:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(saved, indent=2) + "\n")
         print(f"saved {args.save}")
-    return (
-        0 if same else 1
-    )  # different tokens are a bug; a missed target is a measurement, printed above
+    # different tokens are a bug; a missed target is a measurement, printed above
+    return 0 if same else 1
 
 
 def print_table(

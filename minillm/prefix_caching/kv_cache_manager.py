@@ -46,9 +46,8 @@ def hash_block_tokens(
     ids = list(token_ids)
     h = hashlib.sha256()
     h.update(b"root" if parent_hash is None else struct.pack("<Q", parent_hash))
-    h.update(
-        struct.pack(f"<I{len(ids)}q", len(ids), *ids)
-    )  # the length first: no two token lists share bytes
+    # the length first: no two token lists share bytes
+    h.update(struct.pack(f"<I{len(ids)}q", len(ids), *ids))
     if extra_key is not None:
         h.update(b"extra:" + str(extra_key).encode())
     return int.from_bytes(h.digest()[:8], "little")
@@ -171,23 +170,16 @@ class KVCacheManager:
         self.pool, self.block_size = pool, check_int("block_size", block_size, min=1)
         self.enable_caching, self.hash_fn = bool(enable_caching), hash_fn
         n = pool.num_blocks
-        self.block_hash: list[int | None] = [
-            None
-        ] * n  # the digest a filed block is found under
-        self.block_key: list[tuple | None] = [
-            None
-        ] * n  # (parent block, its epoch, token ids, extra key), checked on a hit
-        self.epoch = (
-            [0] * n
-            # +1 whenever a block is forgotten, so a child filed under its old content stops
-            # matching
-        )
-        self.cached: dict[
-            int, list[int]
-        ] = {}  # digest -> filed blocks (more than one only if digests collide)
-        self.chains: dict[
-            str, list[tuple[int, int, int]]
-        ] = {}  # request -> (filed block, epoch, digest) per full block
+        # the digest a filed block is found under
+        self.block_hash: list[int | None] = [None] * n
+        # (parent block, its epoch, token ids, extra key), checked on a hit
+        self.block_key: list[tuple | None] = [None] * n
+        # +1 whenever a block is forgotten: a child filed under its old content stops matching
+        self.epoch = [0] * n
+        # digest -> filed blocks (more than one only if digests collide)
+        self.cached: dict[int, list[int]] = {}
+        # request -> (filed block, epoch, digest) per full block
+        self.chains: dict[str, list[tuple[int, int, int]]] = {}
 
     # ---- lookup
     #   ---------------------------------------------------------------------------------------
@@ -222,13 +214,10 @@ class KVCacheManager:
         if not self.enable_caching or seq.block_table:
             return [], 0
         if getattr(seq.params, "prompt_logprobs", None) is not None:
-            return (
-                [],
-                0,
-            )  # as vLLM: a cached prefix has K/V but no logits, and these rows need logits
-        usable = (
-            seq.num_tokens - 1
-        ) // self.block_size  # full blocks that end before the last token
+            # as vLLM: a cached prefix has K/V but no logits, and these rows need logits
+            return [], 0
+        # full blocks that end before the last token
+        usable = (seq.num_tokens - 1) // self.block_size
         blocks = self.lookup(
             seq.tokens(0, usable * self.block_size), getattr(seq, "cache_salt", None)
         )
@@ -242,9 +231,8 @@ class KVCacheManager:
             - len(seq.block_table)
             - len(computed_blocks)
         )
-        revived = sum(
-            1 for b in computed_blocks if self.pool.ref_counts[b] == 0
-        )  # hits that leave the free queue
+        # hits that leave the free queue
+        revived = sum(1 for b in computed_blocks if self.pool.ref_counts[b] == 0)
         return max(new, 0) + revived <= self.pool.num_free
 
     def allocate_slots(self, seq, num_tokens: int, computed_blocks: list[int] = ()) -> bool:
@@ -260,9 +248,8 @@ class KVCacheManager:
             )
         if not self.can_allocate(seq, num_tokens, computed_blocks):
             return False
-        for b in (
-            computed_blocks
-        ):  # share the hit blocks; a free one leaves the queue, keeping its K/V
+        # share the hit blocks; a free one leaves the queue, keeping its K/V
+        for b in computed_blocks:
             if self.pool.ref_counts[b] == 0:
                 self.pool.free_blocks.remove(b)
                 self.pool.ref_counts[b] = 1
@@ -277,9 +264,8 @@ class KVCacheManager:
         if need > 0:
             new = self.pool.allocate(need)
             for b in new:
-                self.forget(
-                    b
-                )  # the front of the queue may be a cached block: its old content is gone now
+                # the front of the queue may be a cached block: its old content is gone now
+                self.forget(b)
             seq.block_table.extend(new)
         return True
 

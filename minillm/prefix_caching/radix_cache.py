@@ -35,9 +35,8 @@ class RadixCache:
     def __init__(self):
         self.root = TreeNode([], None)
         self.root.lock_ref = 1  # the root is never evicted
-        self.clock = itertools.count(
-            1
-        )  # a logical clock: ties and order are the same on every run
+        # a logical clock: ties and order are the same on every run
+        self.clock = itertools.count(1)
         self.total_size = 0  # tokens held by the tree
         self.protected_size = 0  # of which on a locked path
 
@@ -56,9 +55,8 @@ class RadixCache:
             n = common_prefix_len(child.key, token_ids[matched:])
             child.last_access = now
             if n < len(child.key):
-                node = self._split(
-                    child, n
-                )  # the match ends inside child: make its first n tokens a node
+                # the match ends inside child: make its first n tokens a node
+                node = self._split(child, n)
                 matched += n
                 break
             node, matched = child, matched + n

@@ -92,13 +92,11 @@ def make_traffic(
 class SimResult:
     hits: list[int] = field(default_factory=list)  # cached prompt tokens, per request
     prompt_tokens: int = 0
-    held_tokens: int = (
-        0  # tokens of K/V the cache holds at the end (blocks: filed blocks x block_size)
-    )
+    # tokens of K/V the cache holds at the end (blocks: filed blocks x block_size)
+    held_tokens: int = 0
     index_entries: int = 0  # filed blocks, or tree nodes
-    served_in: list[int] = field(
-        default_factory=list
-    )  # batch per request (simulate_scheduling)
+    # batch per request (simulate_scheduling)
+    served_in: list[int] = field(default_factory=list)
 
     @property
     def hit_rate(self) -> float:
@@ -133,10 +131,8 @@ def simulate_blocks(
                 f"{block_size} tokens: expected capacity_tokens of at least that, got "
                 f"{capacity}"
             )
-        seq.output_ids, seq.num_computed = (
-            list(r.output),
-            len(r.kv_tokens),
-        )  # as if it ran to the end
+        # as if it ran to the end
+        seq.output_ids, seq.num_computed = list(r.output), len(r.kv_tokens)
         manager.cache_full_blocks(seq)
         manager.free(seq)
         result.hits.append(hit)
@@ -156,9 +152,8 @@ def simulate_radix(traffic: list[SimRequest], capacity_tokens: int | None = None
     )
     tree, result = RadixCache(), SimResult()
     for i, r in enumerate(traffic):
-        hit, node = tree.match_prefix(
-            r.prompt[:-1]
-        )  # at least the last prompt token is computed
+        # at least the last prompt token is computed
+        hit, node = tree.match_prefix(r.prompt[:-1])
         tree.inc_lock_ref(node)  # its prefix must survive while it runs
         new = len(r.kv_tokens) - hit  # K/V it writes, held outside the tree until it finishes
         tree.evict(max(0, tree.total_size + new - capacity))
