@@ -4,9 +4,14 @@
 import pytest
 import torch
 
-from minillm.checks.mixed_batch import mixed_batch_check, print_check_table, threshold_for
+from minillm.checks.mixed_batch import (
+    general_path,
+    mixed_batch_check,
+    print_check_table,
+    threshold_for,
+)
 from minillm.model import Transformer
-from minillm.paged import PagedKVCache
+from minillm.paged import PagedAttention, PagedKVCache
 from minillm.runner import ModelRunner, build_batch
 
 
@@ -74,6 +79,30 @@ def test_bf16_threshold_still_catches_a_batching_bug(ckpt):
     assert (wrong - want).abs().max().item() > threshold_for(
         torch.bfloat16, want.abs().max().item()
     )
+
+
+def test_each_mixed_row_equals_the_request_alone_through_the_runner(ckpt, capsys):
+    """Same steps, same attention path: batching changes nothing on the CPU in float32."""
+    rows = mixed_batch_check(ckpt, device="cpu", dtype=torch.float32, runner_alone=True)
+    assert [r["err_vs_runner_alone"] for r in rows] == [0.0] * 5
+    assert all(r["ok"] for r in rows) and print_check_table(rows)
+    out = capsys.readouterr().out
+    assert "vs alone" in out and "same attention path" in out
+
+
+def test_the_alone_column_fails_a_row(capsys, ckpt):
+    rows = mixed_batch_check(ckpt, device="cpu", dtype=torch.float32, runner_alone=True)
+    bad = dict(rows[2], err_vs_runner_alone=0.5, ok=False)
+    assert print_check_table([*rows, bad]) is False
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_general_path_switches_off_the_decode_only_path(ckpt):
+    model = Transformer.from_pretrained(ckpt)
+    kv = PagedKVCache.for_model(model, 4, 4)
+    args = ([[1], [2, 3]], [3, 5], [0, 1, 2], [6, 12])  # two decodes: one new token each
+    assert PagedAttention(kv, *args).decode_only
+    assert not general_path(PagedAttention)(kv, *args).decode_only
 
 
 def test_table_reports_failure(capsys, cpu_rows):

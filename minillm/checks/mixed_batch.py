@@ -4,7 +4,10 @@ single sequences.
 Step 1 runs two full prefills and the first 10 tokens of a third prompt (no logits wanted); step
 2 runs both requests' first decode and the rest of the third prompt. Each logits row the runner
 returns is compared with the last row of a single-sequence run of the same tokens, in float32 on
-the CPU, by minillm.model and by transformers' Qwen3ForCausalLM.
+the CPU, by minillm.model and by transformers' Qwen3ForCausalLM. Those runs recompute the whole
+sequence; with runner_alone=True each row is also compared with the same request run alone
+through a ModelRunner over the same two steps on the same attention path, which separates what
+batching changes from what caching changes.
 """
 
 from __future__ import annotations
@@ -50,6 +53,19 @@ def threshold_for(dtype: torch.dtype, logit_scale: float) -> float:
     return LOW_PRECISION_ROUNDINGS * UNIT_ROUNDOFF[dtype] * logit_scale
 
 
+def general_path(backend_class: type) -> type:
+    """`backend_class` with its decode-only path switched off: every step takes the general
+    (varlen) path, as a step that mixes decodes with a prompt chunk does."""
+
+    class GeneralPath(backend_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.decode_only = False  # a lone decode would take the batched decode path
+
+    GeneralPath.__name__ = f"{backend_class.__name__}GeneralPath"
+    return GeneralPath
+
+
 def check_prompts(model_path, vocab_size: int) -> list[list[int]]:
     """The three prompts as token ids: tokenized when the folder has a tokenizer, else seeded
     random ids."""
@@ -77,10 +93,14 @@ def mixed_batch_check(
     device="cpu",
     dtype: torch.dtype = torch.float32,
     attention_backend: str = "torch",
+    runner_alone: bool = False,
 ) -> list[dict]:
     """Run the chapter's two-step mixed batch on `device` in `dtype` with the given attention
-    backend
-    ("torch" or chapter 11's "triton"); one row per logits row returned."""
+    backend ("torch" or chapter 11's "triton"); one row per logits row returned.
+
+    runner_alone: also run each request by itself through a fresh runner, over the same two
+    steps (the same decoded token) on the general attention path, and report the largest
+    |difference| from its mixed row as err_vs_runner_alone."""
     from minillm.checks.reference import hf_logits
 
     reference_model = Transformer.from_pretrained(model_path)  # float32, CPU: the yardstick
@@ -124,6 +144,20 @@ def mixed_batch_check(
         ]
     )
     logits2 = runner.forward(step2)  # [3, V]
+    steps = [  # each request's two steps, as the mixed batch ran them
+        ((a, 0, True), ([next_a], len(a), True)),
+        ((b, 0, True), ([next_b], len(b), True)),
+        ((c[:FIRST_CHUNK], 0, False), (c[FIRST_CHUNK:], FIRST_CHUNK, True)),
+    ]
+    alone = {}  # (request index, step) -> the logits row of the request run alone
+    for r, table in enumerate(tables if runner_alone else []):
+        lone = ModelRunner(model, PagedKVCache.for_model(model, pool.num_blocks, BLOCK_SIZE))
+        # the mixed steps took the general path (C's chunk has many tokens): so does this run
+        lone.backend_class = general_path(runner.backend_class)
+        for step, (ids, k, need_logits) in enumerate(steps[r], start=1):
+            out = lone.forward(batch([(ids, k, table, need_logits)]))
+            if need_logits:
+                alone[r, step] = out[0]  # [V]
 
     # (request, phase, step, first position, new tokens, logits row, whole sequence so far)
     cases = [
@@ -135,6 +169,8 @@ def mixed_batch_check(
     ]
     rows = []
     for request, phase, step, start, n, got, ids in cases:
+        lone = alone.get(("ABC".index(request), step))
+        err_alone = None if lone is None else (got - lone).float().abs().max().item()
         got = got.float().cpu()
         ours = reference_model(torch.tensor([ids]))[0, -1]  # [V]
         theirs = hf_logits(model_path, ids)[-1]
@@ -154,34 +190,51 @@ def mixed_batch_check(
                 err_vs_minillm=err_model,
                 err_vs_transformers=err_hf,
                 threshold=threshold,
-                ok=max(err_model, err_hf) < threshold,
+                ok=max(err_model, err_hf, err_alone or 0.0) < threshold,
             )
         )
+        if err_alone is not None:
+            rows[-1]["err_vs_runner_alone"] = err_alone
     return rows
 
 
 def print_check_table(rows: list[dict]) -> bool:
-    """Print one line per checked logits row; True when every row is within its threshold."""
+    """Print one line per checked logits row; True when every row is within its threshold.
+
+    Rows from runner_alone=True get a first error column: vs the request alone through the
+    runner."""
+    with_alone = bool(rows) and all("err_vs_runner_alone" in r for r in rows)
+    alone_head = f"{'vs alone':>10}" if with_alone else ""
     head = (
-        f"{'request':<8}{'step':>4}  {'phase':<16}{'positions':<11}"
+        f"{'request':<8}{'step':>4}  {'phase':<16}{'positions':<11}{alone_head}"
         f"{'vs minillm':>11}{'vs HF':>10}{'threshold':>11}  result"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
+        alone = f"{r['err_vs_runner_alone']:>10.1e}" if with_alone else ""
         print(
             f"{r['request']:<8}{r['step']:>4}  "
-            f"{r['phase']:<16}{r['positions']:<11}{r['err_vs_minillm']:>11.1e}"
+            f"{r['phase']:<16}{r['positions']:<11}{alone}{r['err_vs_minillm']:>11.1e}"
             f"{r['err_vs_transformers']:>10.1e}{r['threshold']:>11.1e}  "
             f"{'OK' if r['ok'] else 'FAIL'}"
         )
     ok = bool(rows) and all(r["ok"] for r in rows)
     worst = max(
-        (max(r["err_vs_minillm"], r["err_vs_transformers"]) for r in rows), default=float("nan")
+        (
+            max(r["err_vs_minillm"], r["err_vs_transformers"], r.get("err_vs_runner_alone", 0))
+            for r in rows
+        ),
+        default=float("nan"),
     )
     print(
         f"{'all' if ok else 'NOT all'} {len(rows)} rows within threshold (max |logit error| "
         f"{worst:.1e}, "
         f"vs float32 single-sequence references on the CPU)"
     )
+    if with_alone:
+        print(
+            "vs alone: the same request alone through the runner, same steps, same attention "
+            "path"
+        )
     return ok
