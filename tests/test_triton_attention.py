@@ -405,6 +405,36 @@ def test_engine_with_triton_backend_generates_the_torch_backends_tokens(tiny_che
     assert outs["triton"] == outs["torch"] and all(len(t) == 4 for t in outs["torch"])
 
 
+@needs_triton
+def test_engine_splits_the_decode_steps_of_a_long_prompt_and_keeps_the_torch_tokens(
+    tiny_checkpoint,
+):
+    from minillm.engine import LLMEngine
+    from minillm.kernels.backend import TritonAttention
+    from minillm.sampling import SamplingParams
+
+    steps = []  # (decode_only, segment, max_seq_len) of every step's backend
+
+    class RecordedAttention(TritonAttention):
+        def __init__(self, *args):
+            super().__init__(*args)
+            steps.append((self.decode_only, self.segment, self.max_seq_len))
+
+    model = Transformer.from_pretrained(tiny_checkpoint(seed=11), device=DEVICE)
+    # contexts of 331 and 332 keys: split into segments of 256 (1.29x >= MIN_SPLIT_GAIN)
+    prompts = [[5 + i % 50 for i in range(330)], [100, 200, 300]]
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    outs = {}
+    for backend in ("torch", "triton"):
+        engine = LLMEngine(model, block_size=16, num_blocks=32, attention_backend=backend)
+        if backend == "triton":
+            engine.runner.backend_class = RecordedAttention
+        outs[backend] = [o.token_ids for o in engine.generate(prompts, params)]
+    decodes = [(segment, longest) for only, segment, longest in steps if only]
+    assert len(decodes) == 2 and all(segment < longest for segment, longest in decodes)
+    assert outs["triton"] == outs["torch"]
+
+
 # --- choosing the backend
 #   ------------------------------------------------------------------------------------
 
