@@ -194,6 +194,19 @@ def test_the_segment_counts_each_context_at_its_own_length():
     assert cost.busy_programs == 1528 and cost.waves(132) * cost.longest_walk == 3072
 
 
+def random_decode_case(seq_lens, kv_heads, group, head_dim, g):
+    """A decode step over random K/V in blocks of 16 scattered through one layer's pool: (the
+    cache, the block tables, q [B, H, hd]), drawn from the generator g."""
+    need = [-(-n // 16) for n in seq_lens]  # blocks per request
+    pool = torch.randperm(sum(need), generator=g).tolist()
+    tables = [pool[sum(need[:i]) : sum(need[: i + 1])] for i in range(len(seq_lens))]
+    kv = PagedKVCache(1, len(pool), 16, kv_heads, head_dim, device=DEVICE)
+    kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
+    kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
+    q = torch.randn(len(seq_lens), kv_heads * group, head_dim, generator=g).to(DEVICE)
+    return kv, tables, q
+
+
 @needs_triton
 def test_an_unsplit_decode_step_is_one_launch_and_equals_the_reference():
     from minillm.kernels.backend import TritonAttention
@@ -204,13 +217,7 @@ def test_an_unsplit_decode_step_is_one_launch_and_equals_the_reference():
     batch = -(-multiprocessors(DEVICE) // kv_heads)  # enough (request, KV head) programs
     g = torch.Generator().manual_seed(5)
     seq_lens = [int(n) for n in torch.randint(1, 300, (batch,), generator=g)]
-    need = [-(-n // 16) for n in seq_lens]
-    pool = torch.randperm(sum(need), generator=g).tolist()
-    tables = [pool[sum(need[:i]) : sum(need[: i + 1])] for i in range(batch)]
-    kv = PagedKVCache(1, len(pool), 16, kv_heads, head_dim, device=DEVICE)
-    kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
-    kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
-    q = torch.randn(batch, kv_heads * group, head_dim, generator=g).to(DEVICE)
+    kv, tables, q = random_decode_case(seq_lens, kv_heads, group, head_dim, g)
     attn = TritonAttention(kv, tables, seq_lens, list(range(batch + 1)))
     assert attn.segment == decode_segment(seq_lens, kv_heads, multiprocessors(DEVICE))
     assert attn.segment >= max(seq_lens)  # one segment per context
@@ -236,13 +243,7 @@ def test_a_split_decode_step_is_two_launches_and_equals_the_reference():
     # wave walking 256 keys against 608 unsplit, so the backend splits and merges
     kv_heads, group, head_dim, seq_lens = 8, 2, 16, [600, 90]
     g = torch.Generator().manual_seed(6)
-    need = [-(-n // 16) for n in seq_lens]
-    pool = torch.randperm(sum(need), generator=g).tolist()
-    tables = [pool[: need[0]], pool[need[0] :]]
-    kv = PagedKVCache(1, len(pool), 16, kv_heads, head_dim, device=DEVICE)
-    kv.k[0].copy_(torch.randn(kv.k[0].shape, generator=g))
-    kv.v[0].copy_(torch.randn(kv.v[0].shape, generator=g))
-    q = torch.randn(2, kv_heads * group, head_dim, generator=g).to(DEVICE)
+    kv, tables, q = random_decode_case(seq_lens, kv_heads, group, head_dim, g)
     attn = TritonAttention(kv, tables, seq_lens, [0, 1, 2])
     assert attn.decode_only
     assert attn.segment == decode_segment(seq_lens, kv_heads, multiprocessors(DEVICE))
