@@ -88,4 +88,11 @@ def check_int_list(
         raise ValueError(f"{name} is {values!r}: expected a list of ints")
     if getattr(values, "ndim", 1) != 1:
         raise ValueError(f"{name} has shape {tuple(values.shape)}: expected a 1-D list of ints")
+    values = list(values)
+    # Plain ints in range, the common case (an engine's metadata, every step), are checked in
+    # bulk; only a list that fails goes entry by entry, so the error names the first bad index.
+    if all(type(v) is int for v in values) and all(
+        (min is None or v >= min) and (max is None or v <= max) for v in values
+    ):
+        return values
     return [check_int(f"{name}[{i}]", v, min=min, max=max) for i, v in enumerate(values)]

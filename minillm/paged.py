@@ -135,6 +135,7 @@ class PagedKVCache:
         self.v = [
             torch.zeros(shape, dtype=dtype, device=device) for _ in range(self.num_layers)
         ]
+        self._gather_buffers: dict[str, torch.Tensor] = {}  # scratch for `gather`, by name
 
     @classmethod
     def for_model(cls, model: Transformer, num_blocks: int, block_size: int) -> PagedKVCache:
@@ -190,6 +191,23 @@ class PagedKVCache:
             0, slot_mapping, k
         )  # a view: the rows land in the blocks
         self.v[layer].view(flat).index_copy_(0, slot_mapping, v)
+
+    def gather(self, layer: int, name: str, blocks: torch.Tensor) -> torch.Tensor:
+        """Copies of `blocks` [n] of layer's K or V ("k", "v"): [n, block_size, kv_heads, hd].
+
+        The copy lands in a buffer the cache keeps (grown, never shrunk), overwritten by the
+        next gather of the same name: a decode step reuses memory it has already touched instead
+        of asking the allocator for fresh pages every layer.
+        """
+        shape = (blocks.numel(), self.block_size, self.num_kv_heads, self.head_dim)
+        n = blocks.numel() * self.block_size * self.num_kv_heads * self.head_dim
+        buf = self._gather_buffers.get(name)
+        if buf is None or buf.numel() < n:
+            buf = self._gather_buffers[name] = torch.empty(
+                n, dtype=self.k[0].dtype, device=self.device
+            )
+        source = self.k[layer] if name == "k" else self.v[layer]
+        return torch.index_select(source, 0, blocks, out=buf[:n].view(shape))
 
     def read(
         self, layer: int, block_table: list[int], length: int
@@ -314,18 +332,23 @@ class PagedAttention:
         Gather every request's blocks into a padded [B, L, KV, hd] batch and mask the padding.
         """
         B, H, hd = q.shape
-        k = self.kv.k[layer][self.block_tables].flatten(
-            1, 2
-        )  # [B, max_blocks, bs, KV, hd] -> [B, L, KV, hd]
-        v = self.kv.v[layer][self.block_tables].flatten(1, 2)
-        KV = k.shape[2]
-        qg = q.view(
-            B, KV, H // KV, hd
-        )  # [B, KV, G, hd]: GQA by a reshape, not by copying K/V G times
-        scores = torch.matmul(qg, k.permute(0, 2, 3, 1)) * scale  # [B, KV, G, L]
-        scores = scores.masked_fill(~self.decode_mask[:, None, None, :], float("-inf"))
-        o = torch.matmul(scores.softmax(dim=-1), v.transpose(1, 2))  # [B, KV, G, hd]
-        return o.reshape(B, H, hd)
+        width, KV = self.block_tables.shape[1], self.kv.num_kv_heads
+        L, G = width * self.kv.block_size, H // KV
+        blocks = self.block_tables.flatten()  # [B * max_blocks]
+        # into buffers the cache keeps, so a step maps no fresh memory
+        k = self.kv.gather(layer, "k", blocks).view(B, L, KV, hd)
+        v = self.kv.gather(layer, "v", blocks).view(B, L, KV, hd)
+        # Filler entries read block 0 and a last block's tail is stale: either may hold another
+        # request's inf or NaN. A masked score gets weight 0, but 0 x NaN is NaN: zero V there.
+        v.masked_fill_(~self.decode_mask[:, :, None, None], 0.0)
+        # GQA by a reshape, not by copying K/V G times: the G query heads of a KV head are rows
+        qg = q.view(B, KV, G, hd)
+        out = torch.empty(KV, B, G, hd, dtype=q.dtype, device=q.device)
+        for h in range(KV):  # one KV head's gathered rows are a strided view: no layout copy
+            scores = torch.bmm(qg[:, h], k[:, :, h].transpose(1, 2)) * scale  # [B, G, L]
+            scores = scores.masked_fill(~self.decode_mask[:, None, :], float("-inf"))
+            torch.bmm(scores.softmax(dim=-1), v[:, :, h], out=out[h])  # [B, G, hd]
+        return out.transpose(0, 1).reshape(B, H, hd)
 
 
 def paged_attention(

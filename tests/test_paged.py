@@ -90,6 +90,41 @@ def test_vectorised_decode_equals_dense_causal_attention(cached, block_size, hea
     assert (out - expected).abs().max().item() < 1e-5
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 200), min_size=2, max_size=8),
+    st.sampled_from([1, 4, 16]),
+    head_layouts,
+    st.sampled_from([float("nan"), float("inf")]),
+    st.integers(0, 2**31 - 1),
+)
+def test_decode_reads_nothing_past_a_request_context(cached, block_size, heads, bad, seed):
+    """Every K/V slot no request reads (filler block 0, a last block's tail, free blocks) holds
+    NaN or inf: the one-call decode must still equal dense attention, for every request."""
+    kv, q, tables, seq_lens, _, expected = build_mix(
+        cached, [1] * len(cached), block_size, *heads, seed
+    )
+    read = torch.zeros(kv.num_slots, dtype=torch.bool)
+    for table, n in zip(tables, seq_lens):
+        read[slot_mapping_for(table, list(range(n)), block_size)] = True
+    flat = (kv.num_slots, kv.num_kv_heads, HEAD_DIM)
+    kv.k[0].view(flat)[~read] = bad
+    kv.v[0].view(flat)[~read] = bad
+    out = paged_decode_attention(q, kv, 0, tables, seq_lens, HEAD_DIM**-0.5)
+    assert (out - expected).abs().max().item() < 1e-5
+
+
+def test_decode_output_is_not_overwritten_by_the_next_decode():
+    """decode gathers into buffers the cache keeps; its output must not alias them."""
+    kv, q, tables, seq_lens, _, expected = build_mix([30, 7, 90], [1, 1, 1], 4, 4, 2, seed=1)
+    first = paged_decode_attention(q, kv, 0, tables, seq_lens, HEAD_DIM**-0.5)
+    kept = first.clone()
+    paged_decode_attention(q[:1], kv, 0, tables[:1], seq_lens[:1], HEAD_DIM**-0.5)
+    paged_decode_attention(q[2:], kv, 0, tables[2:], seq_lens[2:], HEAD_DIM**-0.5)
+    assert torch.equal(first, kept)
+    assert (first - expected).abs().max().item() < 1e-5
+
+
 def test_chunk_token_does_not_see_later_tokens_of_its_chunk():
     """A chunk at positions 10..13: the key at 12 matters to tokens 12 and 13, not to 10
     and 11."""
