@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 import torch
+import torch.nn.functional as F
 
 from minillm.checking import as_int, check_int, check_int_list
 from minillm.kv_cache import kv_bytes_per_token
@@ -289,6 +290,8 @@ class PagedAttention:
         self.decode_mask = (
             key_pos[None, :] < lens[:, None]
         )  # [B, L]: a lone last token sees its whole context
+        # [P]: the rows of the flattened [B * L] gather that lie past their request's context
+        self.decode_hidden = (~self.decode_mask).flatten().nonzero().squeeze(1)
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
@@ -339,16 +342,20 @@ class PagedAttention:
         k = self.kv.gather(layer, "k", blocks).view(B, L, KV, hd)
         v = self.kv.gather(layer, "v", blocks).view(B, L, KV, hd)
         # Filler entries read block 0 and a last block's tail is stale: either may hold another
-        # request's inf or NaN. A masked score gets weight 0, but 0 x NaN is NaN: zero V there.
-        v.masked_fill_(~self.decode_mask[:, :, None, None], 0.0)
-        # GQA by a reshape, not by copying K/V G times: the G query heads of a KV head are rows
-        qg = q.view(B, KV, G, hd)
-        out = torch.empty(KV, B, G, hd, dtype=q.dtype, device=q.device)
-        for h in range(KV):  # one KV head's gathered rows are a strided view: no layout copy
-            scores = torch.bmm(qg[:, h], k[:, :, h].transpose(1, 2)) * scale  # [B, G, L]
-            scores = scores.masked_fill(~self.decode_mask[:, None, :], float("-inf"))
-            torch.bmm(scores.softmax(dim=-1), v[:, :, h], out=out[h])  # [B, G, hd]
-        return out.transpose(0, 1).reshape(B, H, hd)
+        # request's inf or NaN. The mask gives those keys weight 0, but NaN - inf and 0 x NaN
+        # are still NaN, so they are zeroed first (vLLM's kernel zeroes V past the context too).
+        k.view(B * L, KV * hd).index_fill_(0, self.decode_hidden, 0.0)
+        v.view(B * L, KV * hd).index_fill_(0, self.decode_hidden, 0.0)
+        # GQA by a reshape: a KV head's G query heads are its G query rows. k, v are read in
+        # place as strided [B, KV, L, hd] views, without a layout copy.
+        o = F.scaled_dot_product_attention(
+            q.view(B, KV, G, hd),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=self.decode_mask[:, None, None, :],  # [B, 1, 1, L]
+            scale=scale,
+        )  # [B, KV, G, hd]
+        return o.reshape(B, H, hd)
 
 
 def paged_attention(
