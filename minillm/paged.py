@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -290,8 +291,12 @@ class PagedAttention:
         self.decode_mask = (
             key_pos[None, :] < lens[:, None]
         )  # [B, L]: a lone last token sees its whole context
-        # [P]: the rows of the flattened [B * L] gather that lie past their request's context
-        self.decode_hidden = (~self.decode_mask).flatten().nonzero().squeeze(1)
+        # [P]: the rows of the flattened [B * L] gather that lie past their request's context,
+        # request i's being i * L + seq_len .. (i + 1) * L - 1; built on the host, as the rest
+        past = width * kv.block_size - np.array(self.seq_lens)  # [B] rows past each context
+        first = np.arange(len(past)) * width * kv.block_size + np.array(self.seq_lens)  # [B]
+        hidden = np.repeat(first - (np.cumsum(past) - past), past) + np.arange(past.sum())
+        self.decode_hidden = torch.from_numpy(hidden).to(device)  # [P]
 
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
