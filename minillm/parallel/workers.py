@@ -12,11 +12,12 @@ over a pipe (vLLM broadcasts it through a shared-memory queue), then all ranks r
 gets the gathered logits and samples. The collectives run on torch.distributed: gloo between CPU
 processes, NCCL between GPUs.
 
-Nothing may hang or outlive the engine: collectives time out (init_process_group's `timeout`); a
-worker that dies or hangs makes the step raise `TensorParallelError` naming the rank, after
-which every worker is stopped; workers are daemon processes that also exit when their parent
-disappears; `close()` (also at interpreter exit) stops them. The rendezvous port is picked free
-by the OS.
+Nothing may hang or outlive the engine: collectives time out (init_process_group's
+`timeout`). On gloo a worker that dies or hangs makes the step raise `TensorParallelError`
+naming the rank, after which every worker is stopped; NCCL instead aborts a timed-out
+collective and crashes the process, as torch's init_process_group documents. Workers are
+daemon processes that also exit when their parent disappears; `close()` (also at interpreter
+exit) stops them. The rendezvous port is picked free by the OS.
 """
 
 from __future__ import annotations
@@ -418,9 +419,7 @@ class TensorParallelRunner:
         self.send_s = time.perf_counter() - start  # rank 0's part of the hand-over
         try:
             return self.local.forward(batch)
-        except (
-            RuntimeError
-        ) as e:  # gloo/NCCL: a peer closed the connection, or the timeout ran out
+        except RuntimeError as e:  # gloo: a peer closed the connection, or the timeout ran out
             raise self.workers.fail(
                 f"a collective failed during a step: {str(e).splitlines()[0][:200]}"
             ) from None
