@@ -1,12 +1,15 @@
 """Tests for SlotKVCache: slot hand-out, isolation between slots, one preallocated buffer, and
 errors that name the request and change nothing; then random workloads of any size against a
-model of the rules."""
+model of the rules; and a check that append_step writes the step once, not once per request."""
 
+import ast
+import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
-from grading import check_close, check_equal, check_names, check_raises, storage
+from grading import check_close, check_equal, check_names, check_raises, fail, storage
 
 
 def kv(n, value, kv_heads=1, head_dim=2):
@@ -434,3 +437,141 @@ def test_append_step_errors_change_nothing(learner, fault):
         f"the keys of job-1 after the refused step ({fault}) and one append",
         atol=0,
     )
+
+
+def source_under_test(request) -> tuple[Path, str]:
+    """The file the `learner` fixture imported (judge_plugin.learner_for), and its text."""
+    import judge_plugin
+    from protocol import FILE_ENV, SOLUTION
+
+    callspec = getattr(request.node, "callspec", None)
+    target = callspec.params.get("learner") if callspec else None
+    if target is None:
+        target = "file" if os.environ.get(FILE_ENV) else SOLUTION
+    path = judge_plugin.target_path(Path(str(request.fspath)).parent, target)
+    return path, path.read_text(encoding="utf-8")
+
+
+LOOPS = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+
+
+def _is_buffer(node) -> bool:
+    """self.k or self.v, or an index or slice of them (self.k[slot], self.v[rows][:, 0])."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in ("k", "v")
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def _targets(node) -> list:
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [t for e in node.elts for t in _targets(e)]
+    return [node.value if isinstance(node, ast.Starred) else node]
+
+
+def _writes(node) -> list:
+    """The writes into the buffers directly under `node`: an assignment to a piece of self.k or
+    self.v, an in-place method of one (copy_, index_put_, ...), or a call of self.append."""
+    found = []
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(
+                isinstance(t, ast.Subscript) and _is_buffer(t)
+                for target in targets
+                for t in _targets(target)
+            ):
+                found.append(n)
+        elif (
+            isinstance(n, ast.Attribute)
+            and (_is_buffer(n.value) and (n.attr == "__setitem__" or _in_place(n.attr)))
+            or _is_append(n)
+        ):
+            found.append(n)
+    return found
+
+
+def _in_place(method: str) -> bool:
+    """copy_, index_put_, scatter_, ...: torch's in-place methods end in one underscore."""
+    return method.endswith("_") and not method.startswith("_")
+
+
+def _is_append(node) -> bool:
+    """self.append, the per-request write that append_step replaces."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "append"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def writes_in_loops(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each loop in append_step, or in a method or function of the file it
+    calls, that writes into the buffers (itself, or through a method or function it calls), and
+    of each use of self.append there."""
+    tree = ast.parse(source)
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for cls in tree.body:
+        if isinstance(cls, ast.ClassDef):
+            functions.update(
+                {f"self.{n.name}": n for n in cls.body if isinstance(n, ast.FunctionDef)}
+            )
+
+    def called(node) -> list[str]:
+        names = []
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+                names.append(n.func.id)
+            elif (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and isinstance(n.func.value, ast.Name)
+                and n.func.value.id == "self"
+            ):
+                names.append(f"self.{n.func.attr}")
+        return [name for name in names if name in functions and name != "self.append"]
+
+    def writes(node, seen=()) -> bool:  # node, or a function it calls, writes into a buffer
+        return bool(_writes(node)) or any(
+            writes(functions[name], (*seen, name)) for name in called(node) if name not in seen
+        )
+
+    todo, seen, found = ["self.append_step"], set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        for node in ast.walk(functions[name]):
+            if (isinstance(node, LOOPS) and writes(node)) or _is_append(node):
+                found.append((node.lineno, ast.get_source_segment(source, node) or ""))
+        todo += called(functions[name])
+    return sorted(set(found))
+
+
+def test_append_step_writes_once_whatever_the_number_of_requests(learner, request):
+    """append_step stores the N tokens with indexed writes outside any loop (and never through
+    append): one write per buffer, whatever N, as the chapter's one_forward_decode_step does."""
+    test_append_step_pads_to_the_longest(learner)
+    path, source = source_under_test(request)
+    loops = writes_in_loops(source)
+    if loops:
+        line, code = loops[0]
+        fail(
+            f"append_step writes one request at a time (line {line}: {code.splitlines()[0]}): "
+            "build the N slots and N offsets as two index tensors and store the step with one "
+            "indexed write into k and one into v"
+        )
