@@ -33,8 +33,9 @@ the outputs a slow reader has not taken into one, so what waits is bounded only 
 
 `step_log` keeps the last steps' plans (which requests ran together, how many tokens each), so
 the batching across clients can be seen; vLLM's equivalents are its scheduler stats and
-iteration logs. `request_log` keeps, per request, when it was submitted, taken off the command
-queue, first scheduled and given its first token, so a TTFT can be split into waiting for the
+iteration logs. `request_log` keeps, per request, when the server received it, when it was
+submitted, taken off the command queue, first scheduled and given its first token, so a TTFT can
+be split into the handler's work before `submit` (reading the body, tokenizing), waiting for the
 running step to end, waiting for a place, and the step that ran its prefill.
 """
 
@@ -91,6 +92,7 @@ class RequestTimes:
     started."""
 
     request_id: str
+    received: float  # the server began handling it (`submit`'s caller says; else = submitted)
     submitted: float  # `submit` queued its add command (on the event loop)
     taken: float  # the engine thread took the command, between two steps
     scheduled: float  # the start of the first step that ran a chunk of it
@@ -114,6 +116,7 @@ class _Request:
     done: bool = False
     arrival: float = 0.0  # perf_counter when the engine thread took it (for TTFT)
     submitted: float = 0.0  # perf_counter when `submit` queued it
+    received: float = 0.0  # perf_counter when the server began handling it
     scheduled: float = 0.0  # perf_counter at the start of the first step that ran it
     last_token: float = 0.0
     first_token: float = 0.0
@@ -188,12 +191,14 @@ class AsyncEngine:
         request_id: str = "",
         cache_salt: str | None = None,
         fork_of: str | None = None,
+        received: float | None = None,
     ) -> RequestStream:
         """Queue a request; returns its stream at once. A refused request's stream yields one
         error delta.
 
         fork_of: an earlier request with the same prompt whose blocks this one shares (n >
-        1)."""
+        1). received: the perf_counter at which the server began handling it, for the request
+        log (None: now)."""
         if self.error is not None or not self.thread.is_alive():
             raise RuntimeError(f"the engine thread has stopped: {self.error!r}")
         out: asyncio.Queue = asyncio.Queue()
@@ -205,8 +210,10 @@ class AsyncEngine:
             else list(prompt_ids)
         )
         stream = RequestStream(self, request_id, out)
+        now = time.perf_counter()
+        received = now if received is None else received
         self.commands.put(
-            ("add", stream, prompt, params, stopper, loop, fork_of, time.perf_counter())
+            ("add", stream, prompt, params, stopper, loop, fork_of, (received, now))
         )
         return stream
 
@@ -265,7 +272,7 @@ class AsyncEngine:
 
     def _apply(self, cmd) -> None:
         if cmd[0] == "add":
-            _, stream, prompt, params, stopper, loop, fork_of, submitted = cmd
+            _, stream, prompt, params, stopper, loop, fork_of, (received, submitted) = cmd
             rid, out = stream.request_id, stream.out
             tok = self.engine.tokenizer
             num_prompt = (
@@ -280,6 +287,7 @@ class AsyncEngine:
                 stream,
             )
             req.loop, req.arrival, req.submitted = loop, time.perf_counter(), submitted
+            req.received = received
             req.stop_token_ids = self.engine.stop_token_ids(params)
             try:
                 self.engine.add_request(prompt, params, request_id=rid, fork_of=fork_of)
@@ -332,7 +340,10 @@ class AsyncEngine:
                 self.request_log.append(
                     RequestTimes(
                         req.request_id,
-                        *(x - self._started for x in (req.submitted, req.arrival)),
+                        *(
+                            x - self._started
+                            for x in (req.received, req.submitted, req.arrival)
+                        ),
                         (req.scheduled or t) - self._started,
                         now - self._started,
                     )

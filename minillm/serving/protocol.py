@@ -511,13 +511,14 @@ def completion_logprobs(
     return out
 
 
-def chat_logprobs(token_texts: list[str], entries: list, decode) -> dict:
-    """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}."""
+def chat_logprobs(token_texts: list[str], entries: list | None, decode) -> dict:
+    """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+    entries None: a delta with no tokens (the last of a request cut off for a slow reader)."""
     item = lambda text, lp: {"token": text, "logprob": lp, "bytes": list(text.encode())}  # noqa: E731
     return {
         "content": [
             dict(item(text, lp), top_logprobs=[item(decode(t), v) for t, v in top])
-            for text, (lp, top) in zip(token_texts, entries)
+            for text, (lp, top) in zip(token_texts, entries or [])
         ]
     }
 

@@ -9,8 +9,8 @@ Routes (OpenAI's paths, as `vllm serve` has them): POST /v1/completions, POST
 (Prometheus), /version, /tokenizer_info and POST /tokenize, /detokenize; plus three of this
 book's for watching the engine: GET /stats (the block pool and queues), GET /step_log (which
 requests each recent step ran together) and GET /request_log (when each recent request was
-submitted, taken between steps, first scheduled and given its first token). With --api-key,
-everything but /health, /metrics and /version needs the key.
+received, submitted, taken between steps, first scheduled and given its first token). With
+--api-key, everything but /health, /metrics and /version needs the key.
 
 A handler validates the body (pydantic, serving/protocol.py), tokenizes (chat: the checkpoint's
 chat template first) on a worker thread, so a long prompt never stalls the event loop, checks
@@ -45,6 +45,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import secrets
+import time
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -173,6 +174,8 @@ def create_app(
 
     @app.middleware("http")
     async def check_api_key(request: Request, call_next):
+        # the first code to see a request: the request log's `received` (handlers read it)
+        request.state.received = time.perf_counter()
         # vLLM's --api-key guards every route but the ones monitoring needs without a key
         if api_key is not None and request.url.path not in OPEN_PATHS:
             given = request.headers.get("authorization", "")
@@ -223,7 +226,7 @@ def create_app(
 
     @app.get("/request_log")
     async def request_log(last: int = 200):
-        """Each recent request's submit, take, first-scheduled and first-token times."""
+        """Each recent request's received, submitted, taken, scheduled, first-token times."""
         return {"requests": [vars(r) for r in list(front.request_log)[-max(0, last) :]]}
 
     def model_card() -> dict:
@@ -354,7 +357,7 @@ def create_app(
                 "stop_token_ids",
             )
 
-    async def start(req, prompts: list[list[int]], params, rid: str) -> list:
+    async def start(req, prompts: list[list[int]], params, rid: str, request: Request) -> list:
         """Submit every (prompt, sample) pair at once; wait for each first delta, so a refused
         one is a 400."""
         fork = (
@@ -373,6 +376,7 @@ def create_app(
                             request_id=sub(i, j),
                             cache_salt=req.cache_salt,
                             fork_of=sub(i, 0) if j and fork else None,
+                            received=request.state.received,
                         )
                     )
             firsts = [await s.__anext__() for s in streams]
@@ -440,7 +444,7 @@ def create_app(
             for p, ids in zip(req.prompt, prompts)
         ]
         rid, n, name = new_id("cmpl"), params.n, req.model or model_name
-        pairs = await start(req, prompts, params, rid)
+        pairs = await start(req, prompts, params, rid, request)
         tids = req.return_token_ids
 
         async def lp_for(k: int, c: _Choice, first: bool, new_ids, new_lps, offset):
@@ -572,7 +576,7 @@ def create_app(
         )
         check_length(ids, params, req)
         rid, name = new_id("chatcmpl"), req.model or model_name
-        pairs = await start(req, [ids], params, rid)
+        pairs = await start(req, [ids], params, rid, request)
         tids = req.return_token_ids
         if not req.stream:
 
