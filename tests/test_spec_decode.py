@@ -462,6 +462,26 @@ def test_bench_speculative_quick_run_saves_what_chapter_9_prints(tmp_path, capsy
     assert plain_1["forwards"]["verify"]["count"] == 0 and spec_1["forwards"]["verify"]["count"]
 
 
+def test_bench_speculative_runs_disable_by_batch_size_as_a_third_run(tmp_path):
+    import json
+
+    from minillm.bench.spec import main
+
+    out = tmp_path / "spec.json"
+    argv = ["--speculative", "ngram", "--quick", "--disable-by-batch-size", "2"]
+    assert main([*argv, "--save", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["identical_tokens"] is True and saved["workload"]["disable_by_batch_size"] == 2
+    rows = {(r["concurrency"], r["name"]): r for r in saved["rows"]}
+    assert list(rows) == [(c, n) for c in (1, 8) for n in ("plain", "ngram", "ngram, off at 2")]
+    # one request running is under the bound: the same verifies as without it
+    counts = lambda r: {kind: v["count"] for kind, v in r["forwards"].items()}  # noqa: E731
+    assert counts(rows[1, "ngram, off at 2"]) == counts(rows[1, "ngram"])
+    # eight running are over it: proposals only once all but one have finished
+    off_8, on_8 = rows[8, "ngram, off at 2"], rows[8, "ngram"]
+    assert off_8["forwards"]["verify"]["count"] < on_8["forwards"]["verify"]["count"]
+
+
 def test_forward_kinds_tell_decode_verify_and_prefill_apart():
     from minillm.bench.spec import forward_kind
     from minillm.runner import build_batch

@@ -151,3 +151,15 @@ def test_the_sweep_keeps_every_pairs_speedup_and_one_cost(model):
     assert r["speedup"] == sorted(r["speedups"])[1]  # the median pair's
     assert r["plain_seconds"] / r["seconds"] == pytest.approx(r["speedup"])
     assert r["cost_ratio"] > 0 and r["tokens_per_verify"] == 2.5  # the same counts every pair
+
+
+def test_the_sweep_splits_the_forwards_that_price_c(model):
+    from minillm.bench.spec_sweep import cost_parts, cost_ratios, sweep
+
+    rows = sweep(model, alphas=(0.0, 1.0), ks=(2,), batch_sizes=(2,), max_tokens=6)
+    parts = cost_parts(rows, 2, 2)
+    assert len(parts) == 2
+    # the verify and decode forwards of cost_ratios, each with its clocked parts inside it
+    assert [v / d for v, _, _, d, _, _ in parts] == cost_ratios(rows, 2, 2)
+    for v, vp, va, d, dp, da in parts:
+        assert 0 < vp + va < v and 0 < dp + da < d

@@ -1,5 +1,7 @@
-"""bench/forward_split.py — chapter 9's live forwards: several forms of one bench-model forward,
-taking turns round after round, each split by a clock around its projections and its attention.
+"""bench/forward_split.py — chapter 9's forwards split by a clock around their projections and
+their attention: the engine's own (`split_forward`, which the oracle sweep wraps around every
+run), and several forms of one bench-model forward taking turns round after round
+(`time_forms`).
 
     forms = {"decode": (8, 1, 1, False), "verify, k = 4": (8, 5, 5, False)}
     wall, parts = time_forms(model, forms, context=64, rounds=60)
@@ -59,6 +61,22 @@ def clocked(totals: dict):
         yield
     finally:
         minillm.model.linear, PagedAttention.attend = linear, attend
+
+
+def split_forward(forward, parts: dict):
+    """forward, each call clocked: parts[query tokens in the step] gets one (projections ms,
+    attention ms) per call, as `clocked` splits it."""
+
+    def split(batch):
+        totals = dict.fromkeys(PARTS, 0.0)
+        with clocked(totals):
+            out = forward(batch)
+        parts.setdefault(int(batch.input_ids.shape[0]), []).append(
+            tuple(totals[p] for p in PARTS)
+        )
+        return out
+
+    return split
 
 
 def prepare(model, requests: int, query_tokens: int, num_logits: int, context: int, bs=16):

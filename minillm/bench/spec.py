@@ -4,12 +4,15 @@
     python -m minillm bench --speculative draft          # the bench model's first 2 of 6 layers
     python -m minillm bench --speculative ngram --quick  # a smoke run on the tiny default model
     python -m minillm bench --speculative ngram --save benchmarks/results/spec_ngram_cpu.json
+    python -m minillm bench --speculative ngram --disable-by-batch-size 8  # and off at batch 8
 
 Every request is greedy (EOS ignored) and asks for `--max-tokens` new tokens; prompts repeat a
 short motif a few times and then add random tokens, as edits of code or documents repeat their
 context, which is where prompt lookup finds proposals. At each concurrency c the same seeded
 c * --rounds requests run through an engine with max_num_seqs = c, without and with
-speculation, the passes alternating. Reported: output tokens per second of wall time (prefill
+speculation, the passes alternating (with --disable-by-batch-size n, a third run in each pass:
+the same speculation with disable_by_batch_size = n, no proposals while n or more requests run).
+Reported: output tokens per second of wall time (prefill
 included), target forwards per output token per request (1.0 without speculation: each step
 gives a request one token), the acceptance rate and the mean accepted length (tokens per
 verify, the bonus included); then, per run, the target's forwards by kind (decode, verify,
@@ -37,6 +40,7 @@ from minillm.bench.common import (
     machine,
     model_path,
 )
+from minillm.bench.forward_split import PARTS, split_forward
 from minillm.engine import LLMEngine
 from minillm.model import Transformer
 from minillm.paged import num_blocks_for
@@ -76,10 +80,17 @@ def speculative_config(method: str, k: int, draft_layers: int) -> dict:
 
 
 def run(
-    model, prompts, max_tokens: int, concurrency: int, spec: dict | None, proposer=None
+    model,
+    prompts,
+    max_tokens: int,
+    concurrency: int,
+    spec: dict | None,
+    proposer=None,
+    split: bool = False,
 ) -> dict:
     """One pass through a fresh engine: seconds, tokens, and the engine's forward and proposal
-    counts. proposer replaces the one spec's method builds (spec_sweep.py's oracle)."""
+    counts. proposer replaces the one spec's method builds (spec_sweep.py's oracle); split
+    clocks every target forward's projections and attention (forward_split.py)."""
     max_len = max(len(p) for p in prompts) + max_tokens + 8
     engine = LLMEngine(
         model,
@@ -96,6 +107,9 @@ def run(
         int, list[float]
     ] = {}  # query tokens in the step -> seconds of each target forward
     kinds = {k: [0, 0.0] for k in FORWARD_KINDS}  # kind -> [target forwards, their seconds]
+    parts: dict[int, list[tuple[float, float]]] = {}  # query tokens -> (proj., attention) ms
+    if split:
+        engine.runner.forward = split_forward(engine.runner.forward, parts)
     engine.runner.forward = timed_forward(engine.runner.forward, forward_times, kinds)
     draft = [0, 0.0]  # the draft model's forwards and their seconds (draft_model only)
     draft_runner = getattr(engine.spec.proposer, "runner", None) if engine.spec else None
@@ -122,6 +136,12 @@ def run(
         ),  # the rest: drafting, scheduling, sampling
         forward_ms={
             str(n): 1e3 * statistics.median(ts) for n, ts in sorted(forward_times.items())
+        },
+        # with split: per query-token count, the median ms of the forwards' projections and
+        # of their attention (the forward's own median is forward_ms)
+        forward_parts={
+            str(n): {p: statistics.median(x[i] for x in xs) for i, p in enumerate(PARTS)}
+            for n, xs in sorted(parts.items())
         },
         # one denominator for tokens per forward and time per forward: the engine's target
         # forwards of this run, by kind, with their summed seconds
@@ -216,6 +236,12 @@ def parse_args(argv):
         type=int_arg(min=1),
         help="timed passes; the median is reported " + default("repeats"),
     )
+    p.add_argument(
+        "--disable-by-batch-size",
+        type=int_arg(min=1),
+        default=None,
+        help="also run the speculation with disable_by_batch_size = this (default: not run)",
+    )
     add_run_options(p)
     args = p.parse_args(argv)
     return fill_defaults(args, QUICK_RUN, FULL_RUN)
@@ -247,10 +273,13 @@ def main(argv=None) -> int:
     )
     for s in (None, spec):  # warm-up: first calls allocate and pick kernels
         run(model, make_workload(2, cfg.vocab_size, args.seed + 1), 4, 2, s)
+    runs = [("plain", None), (args.speculative, spec)]
+    if args.disable_by_batch_size is not None:
+        n = args.disable_by_batch_size
+        runs.append((f"{args.speculative}, off at {n}", dict(spec, disable_by_batch_size=n)))
     rows, same = [], True
     for c in CONCURRENCY:
         prompts = make_workload(c * args.rounds, cfg.vocab_size, args.seed + c)
-        runs = (("plain", None), (args.speculative, spec))
         passes = {name: [] for name, _ in runs}
         for _ in range(args.repeats):  # alternate, so that both see the machine's same moments
             for name, s in runs:
@@ -261,7 +290,7 @@ def main(argv=None) -> int:
             rows.append(  # the median pass, and every pass's seconds
                 dict(ranked[len(ranked) // 2], concurrency=c, name=name, pass_seconds=every)
             )
-        same &= rows[-1]["tokens"] == rows[-2]["tokens"]
+        same &= all(r["tokens"] == rows[-len(runs)]["tokens"] for r in rows[-len(runs) :])
     print_table(rows)
     print_forward_counts(rows)
     print_forward_costs(rows)
@@ -287,6 +316,7 @@ def main(argv=None) -> int:
                 seed=args.seed,
                 repeats=args.repeats,
                 block_size=BLOCK_SIZE,
+                disable_by_batch_size=args.disable_by_batch_size,
             ),
             rows=rows,
         )
@@ -298,21 +328,21 @@ def main(argv=None) -> int:
 
 def print_table(rows: list[dict]) -> None:
     head = (
-        f"{'concurrency':>11} | {'run':<8} | {'output tok/s':>12} | {'forwards/token':>14} | "
+        f"{'concurrency':>11} | {'run':<15} | {'output tok/s':>12} | {'forwards/token':>14} | "
         f"{'acceptance':>10} | {'mean accepted len':>17} | {'speedup':>7}"
     )
     print("\n" + head + "\n" + "-" * len(head))
-    for plain, spec in zip(rows[::2], rows[1::2]):
-        for r in (plain, spec):
-            tps = r["output_tokens"] / r["seconds"]
-            spd = plain["seconds"] / r["seconds"]
-            acc = f"{r['acceptance_rate']:.1%}" if r is spec else "-"
-            mal = f"{r['mean_accepted_length']:.2f}" if r is spec else "-"
-            print(
-                f"{r['concurrency']:>11} | {r['name']:<8} | {tps:>12.1f} | "
-                f"{r['forwards_per_token']:>14.3f} | "
-                f"{acc:>10} | {mal:>17} | {spd:>6.2f}x"
-            )
+    for r in rows:
+        plain = next(p for p in rows if p["concurrency"] == r["concurrency"])
+        tps = r["output_tokens"] / r["seconds"]
+        spd = plain["seconds"] / r["seconds"]
+        acc = f"{r['acceptance_rate']:.1%}" if r is not plain else "-"
+        mal = f"{r['mean_accepted_length']:.2f}" if r is not plain else "-"
+        print(
+            f"{r['concurrency']:>11} | {r['name']:<15} | {tps:>12.1f} | "
+            f"{r['forwards_per_token']:>14.3f} | "
+            f"{acc:>10} | {mal:>17} | {spd:>6.2f}x"
+        )
 
 
 def print_forward_costs(rows: list[dict]) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import statistics
 
+from minillm.bench.forward_split import PARTS
 from minillm.bench.spec import run
 from minillm.spec_decode.oracle import OracleProposer, expected_tokens, expected_tokens_cut
 
@@ -55,8 +56,8 @@ def sweep(
     def pairs(prompts, b, spec, make_proposer, plain_tokens, what):
         out = []
         for _ in range(repeats):
-            before = run(model, prompts, max_tokens, b, None)
-            r = run(model, prompts, max_tokens, b, spec, proposer=make_proposer())
+            before = run(model, prompts, max_tokens, b, None, split=True)
+            r = run(model, prompts, max_tokens, b, spec, proposer=make_proposer(), split=True)
             if r["tokens"] != plain_tokens:
                 raise AssertionError(f"{what}, batch {b}: tokens differ")
             out.append((before, r))
@@ -125,6 +126,9 @@ def row(b, alpha, k, runs) -> dict:
         draft_forwards=r["draft_forwards"],
         forward_ms=r["forward_ms"],
         plain_forward_ms=plain["forward_ms"],
+        # the same forwards' projections and attention, median ms by query tokens
+        forward_parts=r["forward_parts"],
+        plain_forward_parts=plain["forward_parts"],
     )
 
 
@@ -140,6 +144,25 @@ def cost_ratios(rows: list[dict], batch_size: int, k: int) -> list[float]:
         and r["k"] == k
         and r["alpha"] is not None  # the target as its own draft: not an oracle row
         and str(batch_size * (k + 1)) in r["forward_ms"]
+    ]
+
+
+def cost_parts(rows: list[dict], batch_size: int, k: int) -> list[tuple[float, ...]]:
+    """`cost_ratios` split: per oracle row of (batch_size, k), its full verify's median forward,
+    projections and attention, then its paired plain run's median decode's, all in ms."""
+    v, d = str(batch_size * (k + 1)), str(batch_size)
+    return [
+        (
+            r["forward_ms"][v],
+            *(r["forward_parts"][v][p] for p in PARTS),
+            r["plain_forward_ms"][d],
+            *(r["plain_forward_parts"][d][p] for p in PARTS),
+        )
+        for r in rows
+        if r["batch_size"] == batch_size
+        and r["k"] == k
+        and r["alpha"] is not None
+        and v in r["forward_ms"]
     ]
 
 
