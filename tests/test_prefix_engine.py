@@ -352,6 +352,9 @@ def test_shared_prefix_bench_quick_run_saves_a_table(tmp_path, capsys):
         assert row["wait_mean"] + row["admitted_to_first_token_mean"] == pytest.approx(
             row["ttft_mean"]
         )
+        rounds = row["rounds"]  # one value per timed round, for the spread
+        assert all(len(v) == result["workload"]["repeats"] for v in rounds.values())
+        assert min(rounds["seconds"]) <= row["seconds"] <= max(rounds["seconds"])
 
 
 def test_shared_prefix_bench_times_the_wait_before_admission(model):

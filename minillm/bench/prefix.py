@@ -12,7 +12,7 @@ requests run through two engines that differ only in `enable_prefix_caching`, in
 and TTFT including the wait in the queue, also timed on its own); (b) alone: one request at a
 time, so TTFT is the prefill alone. Each timed round uses fresh engines, so every round starts
 with an empty cache. Token counts come from the engines' plans and are exact; times are medians
-over `--repeats` rounds after a warm-up.
+over `--repeats` rounds after a warm-up, and `--save` also keeps each round's values.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ FULL_RUN = dict(
     max_tokens=16,
     concurrency=8,
     budget=512,
-    repeats=3,
+    repeats=5,
 )
 QUICK_RUN = dict(
     requests=6,
@@ -255,6 +255,15 @@ def main(argv=None) -> int:
             hit_rate=first["hit_rate"],
             preemptions=first["preemptions"],
             tokens=first["tokens"],
+            # each round's own values, in the order run: the spread behind the medians
+            rounds=dict(
+                seconds=[x["seconds"] for x in rs],
+                ttft_mean=[statistics.mean(x["ttft"]) for x in rs],
+                wait_mean=[statistics.mean(x["wait"]) for x in rs],
+                admitted_to_first_token_mean=[
+                    statistics.mean(t - w for t, w in zip(x["ttft"], x["wait"])) for x in rs
+                ],
+            ),
         )
     same = all(
         result[f"{k}, caching on"]["tokens"] == result[f"{k}, caching off"]["tokens"]
