@@ -242,11 +242,11 @@ def test_generate_runs_one_prefill_then_one_token_per_step(tiny_model, learner):
     """After the prefill, feed only the newest token, at the next position: the cache holds all
     the others."""
     model = counted(tiny_model)
-    learner.generate(model, [3, 141, 59, 26, 5], 4)
+    learner.generate(model, [3, 141, 59, 26, 5, 97], 5)
     check_equal(
         [(n, p) for n, p, _ in model.calls],
-        [(5, [0, 1, 2, 3, 4]), (1, [5]), (1, [6]), (1, [7])],
-        "(tokens, positions) of each model call for a 5-token prompt and 4 new tokens",
+        [(6, [0, 1, 2, 3, 4, 5]), (1, [6]), (1, [7]), (1, [8]), (1, [9])],
+        "(tokens, positions) of each model call for a 6-token prompt and 5 new tokens",
     )
 
 
