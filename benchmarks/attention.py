@@ -5,6 +5,7 @@ padded batch.
     python benchmarks/attention.py --quick           # batch sizes 1 and 64, contexts 1K and 32K
     python benchmarks/attention.py --peak-gbps 3350  # peak HBM GB/s, for a device not listed
     python benchmarks/attention.py --json out.json   # also save the rows
+    python benchmarks/attention.py --mixed-steps 2000:0+64x4096  # one mixed step of your own
 
 For each batch size B and context L (every request of the batch has the same context, so the
 padded batch has no padding), one decode step of one layer's attention is timed four ways:
@@ -16,16 +17,32 @@ padded batch has no padding), one decode step of one layer's attention is timed 
 - `unsplit`: the same segment kernel with one segment per context (GQA heads packed, no merge);
   the backend picks `split` or `unsplit` by `decode_segment` (the `backend` column), so the two
   columns time what that rule decides;
-- `torch`: chapter 4's padded decode path (`PagedAttention.decode`: gather the blocks, then
-  matmuls);
+- `torch`: chapter 4's padded decode path (`PagedAttention.decode`: gather the blocks into
+  buffers the cache keeps, zero the gathered rows past each context, then one
+  `scaled_dot_product_attention` over strided views);
 - `sdpa`: `torch.nn.functional.scaled_dot_product_attention` on K/V already laid out
   contiguously as [B, kv_heads, L, head_dim] (no gather: the best a dense cache could do).
 
 Decode attention is memory-bound, so the number that matters is the achieved bandwidth: the
 bytes it must read (every cached K and V, plus q and the output) over its time, as a fraction of
-the device's peak. Without CUDA the script says so and exits 0; `--cpu-smoke` runs two tiny
-shapes on the CPU in Triton's interpreter, to exercise the code (its times mean nothing).
-Timings are never asserted.
+the device's peak.
+
+Then mixed steps, the path chapter 11 builds first: a step that holds a prefill or a chunk
+beside decodes (`--mixed-steps`; by default a 2,000-token prefill with 64 decodes of 4K, and a
+512-token chunk after 4K cached with the same decodes), timed three ways:
+
+- `triton`: `triton_paged_attention`, one launch for the whole step;
+- `torch`: chapter 4's loop (`PagedAttention.varlen`: per request, gather its blocks, then one
+  attention call);
+- `sdpa`: the same loop over K/V already laid out contiguously per request (no gather), the
+  causal mask aligned to the end of each context.
+
+For these the script prints each one's time, achieved bandwidth and achieved TFLOPS (the
+attention's operations: 4 x head_dim per query head and visible key).
+
+Without CUDA the script says so and exits 0; `--cpu-smoke` runs tiny shapes of both kinds (two
+decode steps, two mixed steps) on the CPU in Triton's interpreter, to exercise the code (its
+times mean nothing). Timings are never asserted.
 """
 
 from __future__ import annotations
@@ -71,6 +88,33 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+# a 2,000-token prefill, then a 512-token chunk after 4,096 cached, each beside 64 decodes of 4K
+DEFAULT_MIXED = "2000:0+64x4096;512:4096+64x4096"
+SMOKE_MIXED = "20:0+3x40;8:40+3x40"  # --cpu-smoke: the same kinds of step, tiny
+
+
+def mixed_steps(text: str) -> list[tuple[int, int, int, int]]:
+    """'NEW:CACHED+BxL;...' -> [(new, cached, decodes, decode context), ...]."""
+    if text.strip().lower() == "none":
+        return []
+    steps = []
+    for part in text.split(";"):
+        try:
+            chunk, decodes = part.split("+")
+            new, cached = (int(x) for x in chunk.split(":"))
+            b, length = (int(x) for x in decodes.lower().split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"got {part!r}, expected NEW:CACHED+BxL such as 2000:0+64x4096"
+            ) from None
+        if new < 1 or cached < 0 or b < 0 or length < 1:
+            raise argparse.ArgumentTypeError(
+                f"got {part!r}: expected NEW >= 1, CACHED >= 0, B >= 0, L >= 1"
+            )
+        steps.append((new, cached, b, length))
+    return steps
+
+
 def parse(argv):
     p = argparse.ArgumentParser(
         prog="benchmarks/attention.py", description=__doc__.split("\n\n")[0]
@@ -97,6 +141,14 @@ def parse(argv):
         action="store_true",
         help="tiny shapes on the CPU in Triton's interpreter",
     )
+    p.add_argument(
+        "--mixed-steps",
+        type=mixed_steps,
+        default=None,
+        help="mixed steps, ';'-separated: NEW:CACHED (a prefill or chunk of NEW tokens after "
+        "CACHED) + BxL (B decodes of context L), e.g. 2000:0+64x4096 (the default two: "
+        f"{DEFAULT_MIXED!r}); 'none' for none",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = p.parse_args(argv)
     if args.num_heads % args.kv_heads:
@@ -106,6 +158,10 @@ def parse(argv):
     if args.cpu_smoke:
         args.batch_sizes, args.contexts, args.iters, args.dtype = [1, 3], [40], 1, "float32"
         args.num_heads, args.kv_heads, args.head_dim, args.block_size = 4, 2, 32, 8
+        if args.mixed_steps is None:
+            args.mixed_steps = mixed_steps(SMOKE_MIXED)
+    if args.mixed_steps is None:
+        args.mixed_steps = mixed_steps(DEFAULT_MIXED)
     return args
 
 
@@ -226,6 +282,84 @@ def one_shape(B: int, L: int, args, device, dtype) -> dict:
     )
 
 
+def mixed_step(new: int, cached: int, B: int, L: int, args, device, dtype) -> dict:
+    """One layer's attention for a step of one prefill or chunk (new tokens after cached ones)
+    beside B decodes of context L: the one-launch kernel, the torch loop, the SDPA loop."""
+    from minillm.kernels.triton_attention import triton_paged_attention
+    from minillm.paged import PagedAttention, PagedKVCache
+
+    H, KV, hd, bs = args.num_heads, args.kv_heads, args.head_dim, args.block_size
+    seq_lens = [cached + new] + [L] * B
+    query_lens = [new] + [1] * B
+    need = [-(-n // bs) for n in seq_lens]
+    kv = PagedKVCache(1, sum(need) + 1, bs, KV, hd, dtype, device)
+    kv.k[0].normal_(), kv.v[0].normal_()
+    blocks = list(range(1, kv.num_blocks))
+    random.Random(new * 100_003 + B * 1_009 + L).shuffle(blocks)  # scattered
+    tables = [blocks[sum(need[:i]) : sum(need[: i + 1])] for i in range(len(seq_lens))]
+    qsl = [0]
+    for n in query_lens:
+        qsl.append(qsl[-1] + n)
+    attn = PagedAttention(kv, tables, seq_lens, qsl)  # checked once, like a step's metadata
+    q = torch.randn(qsl[-1], H, hd, device=device, dtype=dtype)
+    scale = hd**-0.5
+    lens_t = torch.tensor(seq_lens, dtype=torch.long, device=device)
+    qsl_t = torch.tensor(qsl, dtype=torch.long, device=device)
+
+    def run_triton():
+        return triton_paged_attention(
+            q, kv.k[0], kv.v[0], attn.block_tables, lens_t, qsl_t, max(query_lens), scale
+        )
+
+    def run_torch():
+        return attn.varlen(0, q, scale)
+
+    # each request's K/V laid out as [1, KV, len, hd], and its end-aligned causal mask
+    dense = []
+    for table, n, q_len in zip(tables, seq_lens, query_lens):
+        k, v = kv.read(0, table, n)  # [n, KV, hd]
+        mask = torch.ones(q_len, n, dtype=torch.bool, device=device).tril(n - q_len)
+        dense.append(
+            (k.transpose(0, 1)[None].contiguous(), v.transpose(0, 1)[None].contiguous(), mask)
+        )
+    out = torch.empty_like(q)
+
+    def run_sdpa():
+        for (k, v, mask), a, b in zip(dense, qsl, qsl[1:]):
+            q4 = q[a:b].transpose(0, 1)[None]  # [1, H, q_len, hd]
+            o = F.scaled_dot_product_attention(
+                q4, k, v, attn_mask=mask, scale=scale, enable_gqa=True
+            )
+            out[a:b] = o[0].transpose(0, 1)
+        return out
+
+    want = run_torch().float()
+    err_triton = (run_triton().float() - want).abs().max().item()
+    err_sdpa = (run_sdpa().float() - want).abs().max().item()
+    cuda = device.type == "cuda"
+    seconds = {
+        name: timed(fn, args.iters, cuda)
+        for name, fn in [("triton", run_triton), ("torch", run_torch), ("sdpa", run_sdpa)]
+    }
+    item = kv.k[0].element_size()
+    # every cached K and V once, q and the output
+    nbytes = 2 * sum(seq_lens) * KV * hd * item + 2 * q.numel() * q.element_size()
+    # keys each new token sees: token j of n new after c cached sees c + j + 1
+    visible = sum(n * (s - n) + n * (n + 1) // 2 for s, n in zip(seq_lens, query_lens))
+    flops = 4 * hd * H * visible  # q.k and p.v, a multiply and an add each
+    return dict(
+        step=f"{new}:{cached}+{B}x{L}",
+        tokens=qsl[-1],
+        bytes=nbytes,
+        flops=flops,
+        seconds=seconds,
+        err_triton=err_triton,
+        err_sdpa=err_sdpa,
+        gbps={name: nbytes / t / 1e9 for name, t in seconds.items()},
+        tflops={name: flops / t / 1e12 for name, t in seconds.items()},
+    )
+
+
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if not triton_available():
@@ -295,12 +429,46 @@ def main(argv=None) -> int:
             )
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    mixed_rows = []
+    if args.mixed_steps:
+        names = ("triton", "torch", "sdpa")
+        head = (
+            f"{'mixed step (new:cached+BxL)':>28} {'tokens':>7} | "
+            + " ".join(f"{n:>9}" for n in names)
+            + " (us) | "
+            + " ".join(f"{n:>7}" for n in names)
+            + " (GB/s) | "
+            + " ".join(f"{n:>6}" for n in names)
+            + f" (TFLOPS) | {'err':>7}"
+        )
+        print("\n" + head + "\n" + "-" * len(head))
+        for new, cached, B, L in args.mixed_steps:
+            r = mixed_step(new, cached, B, L, args, device, dtype)
+            mixed_rows.append(r)
+            print(
+                f"{r['step']:>28} {r['tokens']:>7} | "
+                + " ".join(f"{r['seconds'][n] * 1e6:>9.1f}" for n in names)
+                + "      | "
+                + " ".join(f"{r['gbps'][n]:>7.1f}" for n in names)
+                + "        | "
+                + " ".join(f"{r['tflops'][n]:>6.2f}" for n in names)
+                + f"          | {max(r['err_triton'], r['err_sdpa']):>7.1e}"
+            )
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     if args.cpu_smoke:
         print("(CPU smoke run: the interpreter's times say nothing about a GPU)")
     if args.json:
         args.json.write_text(
             json.dumps(
-                dict(device=name, peak_bytes_per_s=peak, dtype=args.dtype, rows=rows), indent=1
+                dict(
+                    device=name,
+                    peak_bytes_per_s=peak,
+                    dtype=args.dtype,
+                    rows=rows,
+                    mixed_rows=mixed_rows,
+                ),
+                indent=1,
             )
         )
     return 0

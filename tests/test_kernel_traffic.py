@@ -107,9 +107,9 @@ def test_the_models_scale_to_a_real_model_without_running_it():
 @pytest.mark.parametrize(
     "seq_lens, query_lens, kv_heads, group, block_size",
     [
-        ([300, 90], [1, 1], 2, 4, 16),  # decode: the padded gather and matmul's copies
-        ([17], [1], 2, 4, 4),  # decode of one request: matmul needs no copy
-        ([17, 40], [1, 1], 1, 4, 16),  # decode with one KV head: no copy either
+        ([300, 90], [1, 1], 2, 4, 16),  # decode: the padded gathers, the rows past zeroed
+        ([17], [1], 2, 4, 4),  # decode of one request: 3 padded rows
+        ([17, 40], [1, 1], 1, 4, 16),  # decode with one KV head
         ([70, 40, 9], [1, 40, 3], 2, 3, 16),  # varlen: one attention call per request
     ],
 )

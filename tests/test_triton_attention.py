@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minillm.kernels import interpreting, load_triton, triton_available
 from minillm.model import Transformer
@@ -181,17 +183,53 @@ def test_the_segment_minimises_the_busiest_multiprocessors_walk():
 
 @needs_triton
 def test_the_segment_counts_each_context_at_its_own_length():
-    from minillm.kernels.split_decode import decode_segment
-    from minillm.kernels.traffic import split_decode_traffic
+    from minillm.kernels.split_decode import busiest_walk, decode_segment
 
-    # one 32K request among 63 of 100 tokens: taken as 64 x 32K, unsplit is 512 programs in 4
-    # waves and no split gains more than 1.03x; at their own lengths, 256-key segments give
-    # 8 x (128 + 63) = 1,528 programs in 12 waves, a walk of at most 3,072 keys
+    # one 32K request among 63 of 100 tokens: taken as 64 x 32K, unsplit is 512 programs over
+    # 132 multiprocessors and no split gains more than 1.03x; at their own lengths, 2,048-key
+    # segments give 128 programs of 2,048 keys and 504 of 100 beside them
     lens = [32768] + [100] * 63
     assert decode_segment([32768] * 64, 8, 132) == 32768
-    assert decode_segment(lens, 8, 132) == 256
-    cost = split_decode_traffic(lens, 16, 8, 128, 256)
-    assert cost.busy_programs == 1528 and cost.waves(132) * cost.longest_walk == 3072
+    assert decode_segment(lens, 8, 132) == 2048
+    assert busiest_walk(lens, 32768, 8, 132) == 32768
+    assert busiest_walk(lens, 2048, 8, 132) == 2448  # the 504 short ones, 4 SMs' worth
+
+
+@needs_triton
+def test_a_long_context_among_many_short_ones_stays_unsplit():
+    from minillm.kernels.split_decode import MIN_SPLIT_GAIN, busiest_walk, decode_segment
+
+    # 1 x 2,048 + 400 x 300 on 8 KV heads, 132 SMs: charged waves x the longest program,
+    # 256-key segments would cut the walk 4.08x (51,200 -> 12,544 keys); dealt longest first,
+    # the 3,200 short programs fill the SMs either way: 7,500 keys unsplit, 7,412 split
+    lens = [2048] + [300] * 400
+    waves = {
+        s: -(-8 * sum(-(-n // s) for n in lens) // 132) * min(s, 2048) for s in (2048, 256)
+    }
+    assert waves == {2048: 51200, 256: 12544}
+    unsplit, split = busiest_walk(lens, 2048, 8, 132), busiest_walk(lens, 256, 8, 132)
+    assert (unsplit, split) == (7500, 7412) and unsplit < MIN_SPLIT_GAIN * split
+    assert decode_segment(lens, 8, 132) == 2048
+
+
+@needs_triton
+@settings(max_examples=60, deadline=None)
+@given(
+    lens=st.lists(st.integers(1, 40_000), min_size=1, max_size=70),
+    segment=st.sampled_from([256, 512, 1024, 2048, 40_000]),
+    kv_heads=st.sampled_from([1, 2, 8]),
+    sms=st.sampled_from([1, 7, 132]),
+)
+def test_the_busiest_walk_lies_between_the_even_spread_and_one_program_more(
+    lens, segment, kv_heads, sms
+):
+    from minillm.kernels.split_decode import busiest_walk
+
+    programs = [min(segment, n - start) for n in lens for start in range(0, n, segment)]
+    programs = programs * kv_heads
+    longest, total = max(programs), sum(programs)
+    walk = busiest_walk(lens, segment, kv_heads, sms)
+    assert max(longest, -(-total // sms)) <= walk <= total / sms + longest
 
 
 def random_decode_case(seq_lens, kv_heads, group, head_dim, g):
@@ -632,9 +670,22 @@ def test_benchmark_smoke_run_checks_the_kernel_against_the_reference(tmp_path):
     assert done.returncode == 0, done.stderr
     import json
 
-    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    saved = json.loads((tmp_path / "rows.json").read_text())
+    rows, mixed = saved["rows"], saved["mixed_rows"]
     assert [(r["batch"], r["context"]) for r in rows] == [(1, 40), (3, 40)]
     assert all(r["err_triton"] < 1e-5 and r["err_sdpa"] < 1e-5 for r in rows)
+    # a prefill of 20 and a chunk of 8 after 40, each beside 3 decodes of 40: one launch,
+    # the torch loop and the SDPA loop agree
+    assert [(r["step"], r["tokens"]) for r in mixed] == [("20:0+3x40", 23), ("8:40+3x40", 11)]
+    assert all(r["err_triton"] < 1e-5 and r["err_sdpa"] < 1e-5 for r in mixed)
+    # operations: 4 x head_dim x heads per visible key; the prefill's 20 tokens see 210 keys
+    assert mixed[0]["flops"] == 4 * 32 * 4 * (210 + 3 * 40)
+
+
+def test_benchmark_refuses_a_malformed_mixed_step():
+    done = run_benchmark("--mixed-steps", "2000+64x4096")
+    assert done.returncode == 2
+    assert "expected NEW:CACHED+BxL" in done.stderr
 
 
 def test_check_refuses_an_unknown_attention_backend(capsys):

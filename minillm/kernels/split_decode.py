@@ -10,11 +10,14 @@ its segment; a second kernel merges a request's segments with the online-softmax
 segments at a time: weights l_s * exp(m_s - max), then one division.
 
 `decode_segment` picks the segment length per step: the one whose busiest multiprocessor walks
-the fewest keys (waves of programs times keys per program). A step it does not split is one
-launch of the segment kernel with one segment per context, writing the output itself.
+the fewest keys, the programs dealt to the multiprocessors longest first (`busiest_walk`). A
+step it does not split is one launch of the segment kernel with one segment per context,
+writing the output itself.
 """
 
 from __future__ import annotations
+
+import heapq
 
 import torch
 
@@ -29,33 +32,49 @@ MERGE_CHUNK = 16  # segments the merge holds at once: its tile is [16, head_dim]
 MIN_SPLIT_GAIN = 1.25  # heuristic margin for the merge, which the walk leaves out
 
 
+def busiest_walk(seq_lens: list[int], segment: int, kv_heads: int, sms: int) -> int:
+    """Keys walked by the busiest of `sms` multiprocessors when each context of `seq_lens` is
+    cut into programs of `segment` keys (the last one shorter), one per KV head, and the
+    programs are dealt longest first, each to the multiprocessor with the fewest keys so far.
+
+    Dealt so, short programs fill the multiprocessors beside a long one: a step's walk is no
+    longer than its longest program or its keys spread evenly, whichever is more, plus at most
+    one program.
+    """
+    full = kv_heads * sum(n // segment for n in seq_lens)  # programs of a whole segment
+    # whole segments first, all equally long: dealt in turn, each multiprocessor gets
+    # full // sms of them or one more
+    loads = [(full // sms + (sm < full % sms)) * segment for sm in range(sms)]
+    heapq.heapify(loads)  # the least-loaded multiprocessor first
+    for rest in sorted((n % segment for n in seq_lens if n % segment), reverse=True):
+        for _ in range(kv_heads):  # each context's shorter last program, once per KV head
+            heapq.heapreplace(loads, loads[0] + rest)
+    return max(loads)
+
+
 def decode_segment(seq_lens: list[int], kv_heads: int, sms: int) -> int:
     """Keys per program of the segment kernel for a step of decodes of contexts `seq_lens` on
     `sms` multiprocessors.
 
-    The model: a segment length gives kv_heads x sum(cdiv(len, segment)) programs, run in
-    waves of `sms`, one per multiprocessor at a time; the busiest multiprocessor walks at most
-    waves x keys per program (the segment, or the longest context if shorter). The segment
-    minimises that walk, among SEGMENT, 2 x SEGMENT, 4 x SEGMENT, ... below the longest context,
-    and the whole longest context (one segment per request, no merge). Ties go to the longer
-    segment: fewer partial results to merge. The walk leaves out the merge (partial results
-    written and read back, a second launch), so a split is kept only if it cuts the walk by
-    MIN_SPLIT_GAIN, a heuristic margin, or more.
+    The model: a segment length cuts each context into programs of that many keys, one per KV
+    head; the step lasts as long as the busiest multiprocessor's walk (`busiest_walk`, programs
+    dealt longest first). The segment minimises that walk, among SEGMENT, 2 x SEGMENT,
+    4 x SEGMENT, ... below the longest context, and the whole longest context (one segment per
+    request, no merge). Ties go to the longer segment: fewer partial results to merge. The walk
+    leaves out the merge (partial results written and read back, a second launch), so a split
+    is kept only if it cuts the walk by MIN_SPLIT_GAIN, a heuristic margin, or more.
     """
     max_seq_len = max(seq_lens)
     whole = triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment
-
-    def busiest_walk(segment: int) -> int:
-        programs = kv_heads * sum(triton.cdiv(n, segment) for n in seq_lens)
-        return triton.cdiv(programs, sms) * min(segment, max_seq_len)
 
     candidates = [whole]
     segment = SEGMENT
     while segment < max_seq_len:
         candidates.append(segment)
         segment *= 2
-    best = min(candidates, key=lambda s: (busiest_walk(s), -s))
-    if busiest_walk(best) * MIN_SPLIT_GAIN > busiest_walk(whole):
+    walks = {s: busiest_walk(seq_lens, s, kv_heads, sms) for s in candidates}
+    best = min(candidates, key=lambda s: (walks[s], -s))
+    if walks[best] * MIN_SPLIT_GAIN > walks[whole]:
         return whole  # the split's gain is under the merge's margin
     return best
 

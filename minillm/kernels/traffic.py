@@ -124,9 +124,18 @@ _NO_LAUNCH = {
     "aten.select.int",
     "aten.slice.Tensor",
     "aten.empty_like.default",
+    "aten.empty.memory_format",
 }
 # aten operations that copy their input: a copy of K/V is K/V too
-_COPIES = {"aten.index.Tensor", "aten.clone.default", "aten.copy_.default"}
+_COPIES = {
+    "aten.index.Tensor",
+    "aten.index_select.out",
+    "aten.clone.default",
+    "aten.copy_.default",
+}
+_GATHERS = {"aten.index.Tensor", "aten.index_select.out"}  # read only the rows they take
+_IN_PLACE = {"aten.masked_fill_.Scalar"}  # rewrites its first operand: a K/V copy written
+_ROW_FILLS = {"aten.index_fill_.int_Scalar"}  # writes only the rows its index names
 
 
 @dataclass
@@ -177,8 +186,10 @@ def count_torch_ops(k_cache, v_cache):
                 inputs = inputs[1:]  # copy_(dest, src) reads only src
             read = [t for t in inputs if is_kv(t)]
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-            if name == "aten.index.Tensor" and read:
+            if name in _GATHERS and read:
                 kv_read = outputs[0].numel()  # a gather reads the rows it takes
+            elif name in _ROW_FILLS:
+                kv_read = 0  # index_fill_(self, dim, index, value) reads none of self
             else:
                 kv_read = sum(t.numel() for t in read)
             kv_written = 0
@@ -187,6 +198,11 @@ def count_torch_ops(k_cache, v_cache):
                     kv_written += t.numel()
                     kv_storages.add(t.untyped_storage().data_ptr())
                     kept.append(t)
+            if name in _IN_PLACE and is_kv(inputs[0]):
+                kv_written += inputs[0].numel()
+            if name in _ROW_FILLS and is_kv(args[0]):
+                self_, dim, index = args[0], args[1], args[2]
+                kv_written += index.numel() * self_.numel() // self_.shape[dim]
             cost.kv_read += kv_read
             cost.kv_written += kv_written
             cost.ops.append((name, kv_read, kv_written))
@@ -203,16 +219,14 @@ def torch_reference_traffic(
     only, `varlen` (one attention call per request) for any other step."""
     kv_row = num_kv_heads * head_dim  # elements of one position's K (or V), all KV heads
     if all(n == 1 for n in query_lens):
-        # decode: K and V each gathered through the block tables padded to the longest, [B, L,
-        # KV, hd] (a read and a write) and multiplied (a read). torch.matmul folds [B, KV] into
-        # one batch axis, which for the permuted gather takes a contiguous copy (a read and a
-        # write) unless B or KV is 1. Operations: 2 gathers, (2 copies,) 2 products, and the
-        # scale, mask and softmax of the scores (4).
+        # decode: K and V each gathered through the block tables padded to the longest into
+        # the cache's buffers, [B, L, KV, hd] (a read and a write); the rows past each context
+        # zeroed in K and in V (a write of those rows); one scaled_dot_product_attention over
+        # strided views, reading both. Operations: 2 gathers, 2 fills, and the attention call
+        # (on the CPU: 2 scalar_tensor, a where for the mask, the attention itself).
         rows = len(seq_lens) * max(math.ceil(n / block_size) for n in seq_lens) * block_size
-        copies = int(len(seq_lens) > 1 and num_kv_heads > 1)
-        return TorchCost(
-            8 + 2 * copies, 2 * (2 + copies) * rows * kv_row, 2 * (1 + copies) * rows * kv_row
-        )
+        hidden = rows - sum(seq_lens)  # padded rows past each context
+        return TorchCost(8, 4 * rows * kv_row, 2 * (rows + hidden) * kv_row)
     cost = TorchCost()
     for seq_len in seq_lens:
         gathered = math.ceil(seq_len / block_size) * block_size * kv_row  # whole blocks
