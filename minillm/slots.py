@@ -168,9 +168,30 @@ def write_step(
     as they are. Checks every slot before it writes anything.
     """
     rows, cols = _step_index(cache, slots)
+    write_rows(cache, rows, cols, k, v)
+
+
+def write_rows(
+    cache: SlotKVCache,
+    rows: torch.Tensor,
+    offsets: torch.Tensor,
+    k: list[torch.Tensor],
+    v: list[torch.Tensor],
+) -> None:
+    """`write_step` without its checks: per layer, k[layer], v[layer] [N, kv_heads, head_dim]
+    into slot rows[i] at offsets[i] (rows, offsets [N]): one indexed write per layer and
+    tensor."""
     for layer in range(len(cache.k)):
-        cache.k[layer][rows, cols] = k[layer]
-        cache.v[layer][rows, cols] = v[layer]
+        cache.k[layer][rows, offsets] = k[layer]
+        cache.v[layer][rows, offsets] = v[layer]
+
+
+def gather_rows(
+    cache: SlotKVCache, rows: torch.Tensor, longest: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, (K, V) of slots `rows` [N] up to `longest` positions, one indexed read each,
+    as `SlotBatchView.attend` gathers: [N, longest, kv_heads, head_dim], copies."""
+    return [(k[rows, :longest], v[rows, :longest]) for k, v in zip(cache.k, cache.v)]
 
 
 def _step_index(cache: SlotKVCache, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,10 +18,12 @@ from minillm.slots import (
     batch_decode_step,
     batch_prefill,
     decode,
+    gather_rows,
     one_forward_decode_step,
     prefill,
     reserved_kv_bytes,
     sample_length_mix,
+    write_rows,
     write_step,
 )
 
@@ -277,6 +279,27 @@ def test_write_step_matches_one_update_per_slot():
         assert torch.equal(one.k[layer], many.k[layer])
         assert torch.equal(one.v[layer], many.v[layer])
     assert many.lengths == [0, 5, 2, 0]  # the offsets stay, as with update
+
+
+def test_write_rows_stores_at_the_given_offsets_and_gather_rows_reads_them_back():
+    cache = SlotKVCache(2, 4, 6, 2, 3)
+    rows, offsets = torch.tensor([3, 0, 2]), torch.tensor([5, 1, 0])
+    k = [torch.randn(3, 2, 3) for _ in range(2)]
+    v = [torch.randn(3, 2, 3) for _ in range(2)]
+    write_rows(cache, rows, offsets, k, v)
+    assert cache.lengths == [0, 0, 0, 0]  # offsets are the caller's, as with write_step
+    gathered = gather_rows(cache, rows, longest=6)
+    assert len(gathered) == 2
+    for layer, (k_all, v_all) in enumerate(gathered):
+        assert k_all.shape == (3, 6, 2, 3)  # [N, longest, kv_heads, head_dim]
+        for i, (r, o) in enumerate(zip(rows.tolist(), offsets.tolist())):
+            assert torch.equal(k_all[i, o], k[layer][i]) and torch.equal(
+                v_all[i, o], v[layer][i]
+            )
+            assert torch.equal(k_all[i], cache.k[layer][r, :6])
+        assert int((k_all != 0).any(-1).any(-1).sum()) == 3  # nothing written elsewhere
+    short = gather_rows(cache, rows, longest=2)[0][0]
+    assert short.shape == (3, 2, 2, 3) and torch.equal(short[1, 1], k[0][1])
 
 
 @pytest.mark.parametrize(
