@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import minillm.model
-from minillm.bench.forward_split import clocked, paired, prepare, time_forms, varlen_only
+from minillm.bench.forward_split import clocked
 from minillm.bench.spec_sweep import cost_ratios
-from minillm.paged import PagedAttention
+from minillm.paged import PagedAttention, PagedKVCache
+from minillm.runner import ModelRunner, build_batch
 
 
 def oracle_row(b, alpha, k, verify_ms, decode_ms):
@@ -35,22 +36,14 @@ def test_cost_ratios_take_every_oracle_row_of_that_batch_and_k_and_no_draft_row(
     assert cost_ratios(rows, 1, 4) == [pytest.approx(1.1)]
 
 
-def test_paired_differences_are_taken_round_by_round():
-    wall = {"verify": [10.0, 30.0, 12.0], "decode": [5.0, 25.0, 9.0]}
-    # rounds differ by 5, 5, 3: the median 5, not the difference of the medians (12 - 9)
-    assert paired(wall, "verify", "decode") == (5.0, 3.0, 5.0)
-
-
-def test_varlen_only_sends_decodes_through_varlen_and_restores_decode(model):
-    decode = PagedAttention.decode
-    runner, batch = prepare(model, 2, 1, 1, context=5, bs=4)
-    with torch.no_grad():
-        plain = runner.forward(batch)
-        with varlen_only():
-            assert PagedAttention.decode is not decode
-            forced = runner.forward(batch)
-    assert PagedAttention.decode is decode
-    torch.testing.assert_close(forced, plain, rtol=1e-4, atol=1e-4)
+def prepare(model, requests: int, query_tokens: int, num_logits: int, context: int, bs=16):
+    """A runner whose requests each hold `context` positions, and the batch that adds
+    `query_tokens` to each, with logits at the last `num_logits` of them."""
+    per = -(-(context + query_tokens) // bs)  # blocks per request
+    runner = ModelRunner(model, PagedKVCache.for_model(model, requests * per, bs))
+    tables = [list(range(r * per, (r + 1) * per)) for r in range(requests)]
+    items = [([2] * query_tokens, context, t, num_logits) for t in tables]
+    return runner, build_batch(items, bs)
 
 
 def test_clocked_times_every_projection_and_attention_call_and_restores_both(model):
@@ -67,14 +60,3 @@ def test_clocked_times_every_projection_and_attention_call_and_restores_both(mod
     # q, k, v, o, gate, up, down per layer, then the output layer
     assert len(calls) == 7 * model.cfg.num_hidden_layers + 1
     assert totals["projections"] > 0 and totals["attention"] > 0
-
-
-def test_time_forms_times_every_form_and_its_parts_each_round(model):
-    forms = {"decode": (2, 1, 1, False), "verify": (2, 3, 3, False), "forced": (2, 1, 1, True)}
-    wall, parts = time_forms(model, forms, context=5, rounds=2, warmup=1)
-    for f in forms:
-        assert len(wall[f]) == 2 and all(len(parts[f][p]) == 2 for p in parts[f])
-        for rnd in range(2):  # the parts are inside the forward they were timed in
-            inside = parts[f]["projections"][rnd] + parts[f]["attention"][rnd]
-            assert 0 < inside < wall[f][rnd]
-    assert PagedAttention.decode.__name__ == "decode"  # the forced form restored it
