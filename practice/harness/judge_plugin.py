@@ -183,6 +183,18 @@ def learner_for(request):
     return module
 
 
+def source_under_test(request) -> tuple[Path, str]:
+    """The file the `learner` fixture imported for this test, and its text: for tests that
+    read how an answer is written (no loop over requests, one indexed write), not only what
+    it returns."""
+    callspec = getattr(request.node, "callspec", None)
+    target = callspec.params.get("learner") if callspec else None
+    if target is None:
+        target = "file" if os.environ.get(FILE_ENV) else SOLUTION
+    path = target_path(Path(str(request.fspath)).parent, target)
+    return path, path.read_text(encoding="utf-8")
+
+
 # ---------------------------------------------------------------- pytest hooks
 
 

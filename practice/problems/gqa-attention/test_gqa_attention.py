@@ -7,12 +7,11 @@ is no window; and which keys each query sees, read off one-hot values."""
 from __future__ import annotations
 
 import ast
-import os
-from pathlib import Path
 
 import pytest
 import torch
 from grading import check_close, check_equal, check_shape, fail
+from judge_plugin import source_under_test
 
 from minillm.model import causal_attention
 
@@ -205,19 +204,6 @@ def test_returns_qs_shape_and_dtype(learner, dtype):
         atol=atol,
         dtype=dtype,
     )
-
-
-def source_under_test(request) -> tuple[Path, str]:
-    """The file the `learner` fixture imported (judge_plugin.learner_for), and its text."""
-    import judge_plugin
-    from protocol import FILE_ENV, SOLUTION
-
-    callspec = getattr(request.node, "callspec", None)
-    target = callspec.params.get("learner") if callspec else None
-    if target is None:
-        target = "file" if os.environ.get(FILE_ENV) else SOLUTION
-    path = judge_plugin.target_path(Path(str(request.fspath)).parent, target)
-    return path, path.read_text(encoding="utf-8")
 
 
 def uses_of_minillm(source: str) -> list[tuple[int, str]]:

@@ -4,13 +4,12 @@ model call, the cache writes and the output layer counted, and attend read as co
 attention over the step, no loop over requests, no minillm."""
 
 import ast
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
 from grading import check_close, check_equal, defined_in, fail, share
+from judge_plugin import source_under_test
 
 from minillm.paged import PagedKVCache, paged_attention
 from minillm.runner import ModelRunner, build_batch
@@ -288,19 +287,6 @@ def test_random_steps_match_minillms_runner(tiny_model, learner, block_size):
     check_close(
         mine.k[1], ref.k[1], f"block_size {block_size}: layer 1's keys after 4 steps", atol=1e-5
     )
-
-
-def source_under_test(request) -> tuple[Path, str]:
-    """The file the `learner` fixture imported (judge_plugin.learner_for), and its text."""
-    import judge_plugin
-    from protocol import FILE_ENV, SOLUTION
-
-    callspec = getattr(request.node, "callspec", None)
-    target = callspec.params.get("learner") if callspec else None
-    if target is None:
-        target = "file" if os.environ.get(FILE_ENV) else SOLUTION
-    path = judge_plugin.target_path(Path(str(request.fspath)).parent, target)
-    return path, path.read_text(encoding="utf-8")
 
 
 LOOPS = (

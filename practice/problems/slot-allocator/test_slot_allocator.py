@@ -3,13 +3,12 @@ errors that name the request and change nothing; then random workloads of any si
 model of the rules; and a check that append_step writes the step once, not once per request."""
 
 import ast
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
 from grading import check_close, check_equal, check_names, check_raises, fail, storage
+from judge_plugin import source_under_test
 
 
 def kv(n, value, kv_heads=1, head_dim=2):
@@ -437,19 +436,6 @@ def test_append_step_errors_change_nothing(learner, fault):
         f"the keys of job-1 after the refused step ({fault}) and one append",
         atol=0,
     )
-
-
-def source_under_test(request) -> tuple[Path, str]:
-    """The file the `learner` fixture imported (judge_plugin.learner_for), and its text."""
-    import judge_plugin
-    from protocol import FILE_ENV, SOLUTION
-
-    callspec = getattr(request.node, "callspec", None)
-    target = callspec.params.get("learner") if callspec else None
-    if target is None:
-        target = "file" if os.environ.get(FILE_ENV) else SOLUTION
-    path = judge_plugin.target_path(Path(str(request.fspath)).parent, target)
-    return path, path.read_text(encoding="utf-8")
 
 
 LOOPS = (
