@@ -19,7 +19,7 @@ LLAMA2_7B = {
     "num_attention_heads": 32,
     "hidden_size": 4096,
 }  # no GQA, no head_dim
-# Chapter 2's illustrative 27B-class hybrid, with the engine report's sizes: 64 layers, of which
+# Chapter 2's hypothetical hybrid model (section 6): 64 layers, of which
 # every fourth uses full attention, 32 KV heads of 128 (16 on each GPU under TP2).
 BIG_HYBRID = {
     "num_hidden_layers": 64,
@@ -98,7 +98,7 @@ def test_a_64k_context_slot_needs_8_gib_per_gpu(learner):
     check_equal(
         learner.kv_bytes_per_token(BIG_HYBRID, 2, tp_size=2) * 65536,
         8 * GiB,
-        "bytes of one 64K-token slot per GPU (the 27B hybrid, TP2)",
+        "bytes of one 64K-token slot per GPU (the hypothetical hybrid, TP2)",
     )
 
 
@@ -108,7 +108,7 @@ def test_only_full_attention_layers_keep_kv_per_token(learner):
     check_equal(
         learner.kv_bytes_per_token(BIG_HYBRID, 2),
         2 * 16 * 32 * 128 * 2,
-        "kv_bytes_per_token(the 27B hybrid: 16 full-attention layers of 64)",
+        "kv_bytes_per_token(the hypothetical hybrid: 16 full-attention layers of 64)",
     )
     mixed = dict(QWEN3_06B, num_hidden_layers=5)
     mixed["layer_types"] = ["full_attention", "linear_attention", "linear_attention"] + [
@@ -246,7 +246,7 @@ def test_a_22_gib_budget_holds_less_than_three_64k_slots(learner):
     check_equal(
         learner.max_cached_tokens(BIG_HYBRID, 22 * GiB, 2, tp_size=2),
         180224,
-        "max_cached_tokens(the 27B hybrid, 22 GiB per GPU, tp_size=2)",
+        "max_cached_tokens(the hypothetical hybrid, 22 GiB per GPU, tp_size=2)",
     )
 
 
