@@ -202,3 +202,54 @@ def test_all_reduce_two_ways_every_call_of_every_sequence_both_ways():
             assert min(w0, w1) == 0 and t0 > 0 and t1 > 0
     with pytest.raises(ValueError, match="message size 3"):
         all_reduce_two_ways(3, calls=2)
+
+
+def test_each_rank_gets_its_own_cores_when_there_are_enough():
+    from minillm.parallel.processes import cores_of
+
+    mask = os.sched_getaffinity(0)
+    ranks = [cores_of(r, 2) for r in range(2)]
+    assert all(cores and cores <= mask for cores in ranks)
+    if len(mask) >= 2:
+        assert not ranks[0] & ranks[1]
+
+
+def test_pin_threads_moves_every_thread_of_the_process():
+    import threading
+
+    from minillm.parallel.processes import pin_threads
+
+    mask, core = os.sched_getaffinity(0), {min(os.sched_getaffinity(0))}
+    done = threading.Event()
+    helper = threading.Thread(target=done.wait)  # a second thread, started before the pin
+    helper.start()
+    try:
+        pin_threads(os.getpid(), core)
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        assert len(tids) >= 2 and all(os.sched_getaffinity(t) == core for t in tids)
+    finally:
+        pin_threads(os.getpid(), mask)
+        done.set()
+        helper.join()
+    assert os.sched_getaffinity(0) == mask
+
+
+def test_interleaved_steps_clock_every_engine_and_give_the_cores_back(model_path):
+    from minillm.parallel.interleaved import interleaved_decode_steps
+
+    mask = os.sched_getaffinity(0)
+    out = interleaved_decode_steps(model_path, batch=2, prompt_len=5, steps=3)
+    assert os.sched_getaffinity(0) == mask and out.pinned
+    assert len(out.tp1) == len(out.shard) == len(out.tp2) == len(out.tp2_forward) == 3
+    for step, forward, queued in out.tp1 + out.shard:
+        assert 0 < forward < step and queued >= 0
+    for s, forward in zip(out.tp2, out.tp2_forward):
+        (rank1,) = s.workers
+        assert 0 < s.collectives_s < forward < s.step_s and rank1.forward_s > 0
+
+
+def test_pinned_all_reduces_with_work_between_run_on_both_ranks():
+    from minillm.parallel.timing import all_reduce_between_times
+
+    seqs = all_reduce_between_times(64, calls=3, work=(2, 8, 16), repeats=2, pin=True)
+    assert len(seqs) == 2 and all(len(ranks) == 2 for ranks in seqs)

@@ -3,6 +3,7 @@
     start_without_main(p)                  # spawn p without re-running the caller's script
     end_processes(procs, conns, grace_s)   # wait, then kill the stragglers; close the pipes
     run_queue_s(all_threads)               # seconds this thread (or process) waited for a core
+    pin_threads(pid, cores_of(rank, size)) # every thread of a process on its rank's own cores
 
 Asking the processes to stop is each protocol's own business (a `None`, a `("stop",)`, an
 answer it waits for); what follows the asking is the same everywhere, and lives here.
@@ -66,3 +67,23 @@ def run_queue_s(all_threads: bool = False) -> float:
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             pass  # a thread that ended between the listing and the read waits no more
     return total / 1e9
+
+
+def cores_of(rank: int, size: int) -> set[int]:
+    """The cores rank `rank` of `size` runs on when each rank gets its own: this machine's
+    cores (those this process may use) dealt out in equal runs, at least one each."""
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cores) // size)
+    start = (rank * per) % len(cores)
+    return set(cores[start : start + per])
+
+
+def pin_threads(pid: int, cores: set[int]) -> None:
+    """Run every thread of process `pid` on `cores` only. `os.sched_setaffinity` sets one
+    thread (the pid names the main one), so each thread in /proc/<pid>/task is set; a thread
+    the process starts later inherits the mask of the thread that starts it. Linux only."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except ProcessLookupError:  # the thread ended between the listing and the call
+            pass

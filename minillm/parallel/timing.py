@@ -18,6 +18,8 @@ compute's contention alone), and `all_reduce_between_times` puts a layer's share
 between all-reduces (the collectives' cost when the ranks do not sit waiting in them).
 `all_reduce_two_ways` times one message size with and without a barrier before each call,
 alternating in one group, so the two ways meet the same machine.
+`interleaved.py` takes TP=1 and TP=2 decode steps in turn with each rank on its own core; with
+`pin`, `all_reduce_between_times` runs its ranks on their own cores the same way.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import torch.nn.functional as F
 from minillm.checking import check_int
 from minillm.parallel.collectives import HOST
 from minillm.parallel.layers import TensorParallelGroup
-from minillm.parallel.processes import end_processes, run_queue_s, start_without_main
+from minillm.parallel.processes import cores_of, end_processes, run_queue_s, start_without_main
 from minillm.parallel.workers import RankTimes
 
 STORE_TIMEOUT_S = 300  # spawned ranks import torch first: slow on a loaded machine
@@ -325,9 +327,11 @@ def concurrent_shard_forward_times(
     return _join_all(procs, conns)
 
 
-def _between_rank(rank, size, port, nbytes, calls, work, repeats, conn) -> None:
+def _between_rank(rank, size, port, nbytes, calls, work, repeats, pin, conn) -> None:
     import torch.distributed as dist
 
+    if pin:  # before the group starts its threads: they inherit this thread's cores
+        os.sched_setaffinity(0, cores_of(rank, size))
     _join_group(rank, size, port)
     x = torch.ones(max(1, nbytes // 4))  # float32
     tokens, inp, out = work or (1, 1, 1)
@@ -355,12 +359,13 @@ def all_reduce_between_times(
     work: tuple[int, int, int] | None,
     repeats: int = 10,
     world_size: int = 2,
+    pin: bool = False,
 ) -> list[list[tuple[float, float]]]:
     """`repeats` sequences of `calls` gloo all-reduces of `nbytes` (float32) with no barrier
     between the calls; with `work` = (tokens, in, out), each rank multiplies [tokens, in] by a
-    weight [out, in] before each call, as a forward computes between its all-reduces. Returns
-    each sequence's `waiting_and_transfer` per rank: (waiting, in the transfer) seconds summed
-    over its calls."""
+    weight [out, in] before each call, as a forward computes between its all-reduces. With
+    `pin`, rank r's threads run on `cores_of(r, world_size)` only. Returns each sequence's
+    `waiting_and_transfer` per rank: (waiting, in the transfer) s summed over its calls."""
     check_int("calls", calls, min=1)
     check_int("repeats", repeats, min=1)
     check_int("world_size", world_size, min=2)
@@ -373,7 +378,7 @@ def all_reduce_between_times(
     port, store = _store(world_size)
     procs, conns = _start_ranks(
         _between_rank,
-        [(r, world_size, port, nbytes, calls, work, repeats) for r in range(world_size)],
+        [(r, world_size, port, nbytes, calls, work, repeats, pin) for r in range(world_size)],
     )
     per_rank = _join_all(procs, conns)  # [rank][sequence][call] = (entered, left)
     del store
