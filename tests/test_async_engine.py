@@ -207,3 +207,27 @@ def test_the_request_log_splits_each_ttft_in_order(engines):
     assert set(logged) == {"log0", "log1", "log2"}  # one record each, at its first token
     for r in logged.values():
         assert 0 <= r.submitted <= r.taken <= r.scheduled < r.first_token
+
+
+def test_the_request_log_times_the_first_deltas_way_out_and_an_abort(engines):
+    front, offline = engines
+    ids = offline.tokenizer("Once upon a time").input_ids
+
+    async def run():
+        read = await front.submit(ids, SamplingParams(max_tokens=4), request_id="out0")
+        await collect(read)
+        left = await front.submit(
+            ids, SamplingParams(max_tokens=2000, ignore_eos=True), request_id="out1"
+        )
+        await left.__anext__()  # its first token: then the reader leaves
+        left.abort()
+
+    asyncio.run(run())
+    idle(front)
+    logged = {r.request_id: r for r in front.request_log if r.request_id.startswith("out")}
+    for r in logged.values():  # handed to the event loop, then taken by the reader
+        assert r.first_token <= r.handed <= r.read
+        assert r.written is None  # no HTTP here: only the server sets it
+    assert logged["out0"].abort_queued is None and logged["out0"].aborted is None
+    assert logged["out1"].read <= logged["out1"].abort_queued <= logged["out1"].aborted
+    assert logged["out1"].aborted <= front.clock()

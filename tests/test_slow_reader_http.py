@@ -92,3 +92,62 @@ def test_the_request_log_starts_when_the_server_receives_the_request(tight, tiny
     # received by the middleware, before the body was read and the prompt tokenized
     assert 0 <= e["received"] < e["submitted"] <= e["taken"] <= e["scheduled"]
     assert e["scheduled"] < e["first_token"]
+
+
+def test_server_and_client_times_of_a_first_token_lie_in_order_on_one_clock(
+    tight, tiny_default_path
+):
+    import asyncio
+
+    from minillm.bench.serve import run_load
+
+    prompts = [[1000 + i, 2000 + i, 3000 + i] for i in range(3)]
+    results, _ = asyncio.run(
+        run_load(
+            tight.url + "/v1",
+            tiny_default_path.name,
+            prompts,
+            4,
+            float("inf"),
+            3,
+            0,
+            None,
+            progress=False,
+            warmup=False,
+        )
+    )
+    log = httpx.get(tight.url + "/request_log", timeout=10).json()
+    by_id = {e["request_id"]: e for e in log["requests"]}
+    TIMES = ("received", "submitted", "taken", "scheduled", "first_token", "handed", "read")
+    TIMES += ("written",)  # the server's times of a request that was not aborted
+    for x in results:
+        assert x.ok, x.error
+        e = {k: v + log["started"] for k, v in by_id[x.request_id].items() if k in TIMES}
+        chain = [x.sent, x.posted, e["received"], e["submitted"], e["taken"], e["scheduled"]]
+        chain += [e["first_token"], e["handed"], e["read"], e["written"], x.first_bytes]
+        chain += [x.sent + x.ttft]  # the client has parsed the first token
+        assert chain == sorted(chain), chain
+
+
+def test_a_hang_up_logs_when_its_abort_was_queued_and_applied(tight, tiny_default_path):
+    body = {
+        "model": tiny_default_path.name,
+        "prompt": "Tell me everything.",
+        "max_tokens": 2000,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    with httpx.stream("POST", tight.url + "/v1/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()  # kept: a dropped line iterator would close the response now
+        first = next(lines)  # data: {chunk}: the request is running
+        closed = time.perf_counter()  # the response closes as the block ends
+    rid = json.loads(first[6:])["id"]
+    deadline = time.monotonic() + 60
+    while True:
+        log = httpx.get(tight.url + "/request_log", timeout=10).json()
+        (e,) = [x for x in log["requests"] if x["request_id"] == rid]
+        if e["aborted"] is not None:
+            break
+        assert time.monotonic() < deadline, "the abort was never applied"
+        time.sleep(0.05)
+    assert closed < log["started"] + e["abort_queued"] <= log["started"] + e["aborted"]

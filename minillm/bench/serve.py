@@ -25,6 +25,7 @@ round of both sides.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import math
 import os
@@ -49,7 +50,9 @@ class RequestResult:
     output_tokens: int = 0
     error: str = ""
     request_id: str = ""  # the response's id: the engine's id of the request (n = 1)
-    sent: float = 0.0  # perf_counter when the request was sent
+    sent: float = 0.0  # perf_counter when the request was sent (its task began it)
+    posted: float = 0.0  # perf_counter when the openai client handed it to the HTTP transport
+    first_bytes: float = 0.0  # perf_counter when its first body bytes came out of the socket
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -67,9 +70,48 @@ def make_prompts(num: int, input_len: int, vocab_size: int, seed: int) -> list[l
     return [[rng.randrange(vocab_size) for _ in range(input_len)] for _ in range(num)]
 
 
+# the running request's clock readings: each request runs in a task of its own, so the
+# transport below, called from that task, notes them in that request's dict
+_clock: contextvars.ContextVar[dict | None] = contextvars.ContextVar("clock", default=None)
+
+
+def timed_http_client():
+    """An httpx client for the openai client whose transport notes, for the running request,
+    when the request reached it ("posted") and when the response body's first bytes came out
+    of the socket, before any parsing ("first_bytes")."""
+    import httpx
+
+    class Timed(httpx.AsyncByteStream):
+        def __init__(self, stream, clock):
+            self.stream, self.clock = stream, clock
+
+        async def __aiter__(self):
+            async for piece in self.stream:
+                self.clock.setdefault("first_bytes", time.perf_counter())
+                yield piece
+
+        async def aclose(self):
+            await self.stream.aclose()
+
+    class Transport(httpx.AsyncHTTPTransport):
+        async def handle_async_request(self, request):
+            clock = _clock.get()
+            if clock is not None:
+                clock["posted"] = time.perf_counter()
+            response = await super().handle_async_request(request)
+            if clock is not None:
+                response.stream = Timed(response.stream, clock)
+            return response
+
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)  # openai's
+    return httpx.AsyncClient(transport=Transport(limits=limits), timeout=600)
+
+
 async def one_request(client, model: str, prompt: list[int], max_tokens: int) -> RequestResult:
     start = time.perf_counter()
     times, n, rid = [], 0, ""
+    clock: dict[str, float] = {}
+    _clock.set(clock)
     try:
         stream = await client.completions.create(
             model=model,
@@ -94,7 +136,10 @@ async def one_request(client, model: str, prompt: list[int], max_tokens: int) ->
     if not times:
         return RequestResult(False, error="no tokens came back")
     gaps = [b - a for a, b in zip(times, times[1:])]
-    return RequestResult(True, times[0] - start, times[-1] - start, gaps, n, "", rid, start)
+    posted, first_bytes = clock.get("posted", 0.0), clock.get("first_bytes", 0.0)
+    return RequestResult(
+        True, times[0] - start, times[-1] - start, gaps, n, "", rid, start, posted, first_bytes
+    )
 
 
 async def run_load(
@@ -117,7 +162,11 @@ async def run_load(
     from tqdm.auto import tqdm
 
     client = openai.AsyncOpenAI(
-        base_url=base_url, api_key=api_key or "none", max_retries=0, timeout=600
+        base_url=base_url,
+        api_key=api_key or "none",
+        max_retries=0,
+        timeout=600,
+        http_client=timed_http_client(),
     )
     rng = random.Random(seed)
     gate = asyncio.Semaphore(max_concurrency)

@@ -28,15 +28,18 @@ the deltas it has sent each request and the stream counts those its reader took;
 falls `max_unread_tokens` behind, the request is aborted in the engine (its blocks freed), and
 its stream ends, after what is already queued, with a delta whose finish_reason is "abort".
 Generation is never paused for one reader: a paused request would hold its KV blocks for as
-long as its reader dawdles. (vLLM neither pauses nor aborts: its RequestOutputCollector merges
-the outputs a slow reader has not taken into one, so what waits is bounded only by max_tokens.)
+long as its reader dawdles. (vLLM neither pauses nor aborts: its RequestOutputCollector, in
+vllm/v1/engine/output_processor.py of vLLM 0.34.0, merges the outputs a slow reader has not
+taken into one, so what waits is bounded only by max_tokens.)
 
 `step_log` keeps the last steps' plans (which requests ran together, how many tokens each), so
 the batching across clients can be seen; vLLM's equivalents are its scheduler stats and
 iteration logs. `request_log` keeps, per request, when the server received it, when it was
 submitted, taken off the command queue, first scheduled and given its first token, so a TTFT can
 be split into the handler's work before `submit` (reading the body, tokenizing), waiting for the
-running step to end, waiting for a place, and the step that ran its prefill.
+running step to end, waiting for a place, and the step that ran its prefill; then the first
+delta's way out (handed to the event loop, taken by the handler, its bytes written: the server
+sets `written`), and, for a request its client abandons, when the abort was queued and applied.
 """
 
 from __future__ import annotations
@@ -97,6 +100,11 @@ class RequestTimes:
     taken: float  # the engine thread took the command, between two steps
     scheduled: float  # the start of the first step that ran a chunk of it
     first_token: float  # the end of the step that gave its first token
+    handed: float | None = None  # the engine thread handed the first delta to the event loop
+    read: float | None = None  # the handler took it from the request's queue
+    written: float | None = None  # the response's first bytes went to uvicorn (server.py)
+    abort_queued: float | None = None  # RequestStream.abort put the abort on the command queue
+    aborted: float | None = None  # the engine thread applied that abort, between two steps
 
 
 @dataclass
@@ -130,6 +138,7 @@ class RequestStream:
         self.front, self.request_id, self.out = front, request_id, out
         self.finished = False
         self.num_read = 0  # deltas the reader took; the engine thread compares its own count
+        self.times: RequestTimes | None = None  # set by the engine thread at the first token
 
     def __aiter__(self):
         return self
@@ -139,6 +148,8 @@ class RequestStream:
             raise StopAsyncIteration
         delta = await self.out.get()
         self.num_read += 1
+        if self.num_read == 1 and self.times is not None:
+            self.times.read = self.front.clock()
         if delta.finish_reason is not None or delta.error is not None:
             self.finished = True
         return delta
@@ -146,6 +157,8 @@ class RequestStream:
     def abort(self) -> None:
         if not self.finished:
             self.finished = True
+            if self.times is not None:
+                self.times.abort_queued = self.front.clock()
             self.front.abort(self.request_id)
 
 
@@ -171,7 +184,7 @@ class AsyncEngine:
         self.requests: dict[str, _Request] = {}  # touched by the engine thread only
         self.error: BaseException | None = None  # an exception that stopped the engine thread
         self._stop = threading.Event()
-        self._started = time.perf_counter()
+        self.started = time.perf_counter()  # the logs' time 0 (perf_counter)
         self.metrics = (
             None  # a serving.metrics.ServerMetrics, called from the engine thread when set
         )
@@ -224,6 +237,10 @@ class AsyncEngine:
         self._stop.set()
         self.commands.put(("wake",))
         self.thread.join(timeout)
+
+    def clock(self) -> float:
+        """Now, in the request and step logs' seconds (since the engine thread started)."""
+        return time.perf_counter() - self.started
 
     def stats(self) -> dict:
         """A snapshot for /stats (read without a lock: ints and lengths only, good enough for
@@ -301,6 +318,8 @@ class AsyncEngine:
             req = self.requests.pop(cmd[1], None)
             if req is not None:
                 self.engine.abort_request(cmd[1])
+                if req.stream.times is not None:
+                    req.stream.times.aborted = self.clock()
 
     def _step(self) -> None:
         t = time.perf_counter()
@@ -316,7 +335,7 @@ class AsyncEngine:
                 self.step_log.append(
                     StepRecord(
                         self.num_steps,
-                        t - self._started,
+                        t - self.started,
                         [(c.request_id, c.kind, c.num_new) for c in plan.chunks],
                         time.perf_counter() - t,
                     )
@@ -337,17 +356,13 @@ class AsyncEngine:
             req.last_token = now
             if req.num_output == 1:
                 req.first_token = now
-                self.request_log.append(
-                    RequestTimes(
-                        req.request_id,
-                        *(
-                            x - self._started
-                            for x in (req.received, req.submitted, req.arrival)
-                        ),
-                        (req.scheduled or t) - self._started,
-                        now - self._started,
-                    )
+                req.stream.times = RequestTimes(
+                    req.request_id,
+                    *(x - self.started for x in (req.received, req.submitted, req.arrival)),
+                    (req.scheduled or t) - self.started,
+                    now - self.started,
                 )
+                self.request_log.append(req.stream.times)
             # a stop token (EOS, stop_token_ids) ends the text without showing its own, as in
             # vLLM, whose detokenizer leaves out the last token of a stop-terminated request
             # (a grammar that ends the request on an ordinary token keeps that token's text)
@@ -371,6 +386,9 @@ class AsyncEngine:
                 finish = "stop"
             elif finish is not None:
                 text += req.stopper.flush()
+            if req.num_output == 1:
+                # set before the hand-over, so it precedes the handler's `read`
+                req.stream.times.handed = self.clock()
             self._send(
                 req,
                 RequestDelta(

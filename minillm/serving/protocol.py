@@ -159,7 +159,7 @@ class SamplingFields(BaseModel):
         unknown = sorted(k for k in extra if k not in UNSUPPORTED and k not in IGNORED)
         if self.stream_options is not None and self.stream_options.model_extra:
             unknown += [f"stream_options.{k}" for k in sorted(self.stream_options.model_extra)]
-        if unknown:  # vLLM's wording (vllm/entrypoints/openai/protocol.py)
+        if unknown:  # vLLM's wording (vllm/entrypoints/serve/engine/protocol.py, vLLM 0.34.0)
             logger.warning(
                 "The following fields were present in the request but ignored: %s", unknown
             )

@@ -9,7 +9,9 @@ Routes (OpenAI's paths, as `vllm serve` has them): POST /v1/completions, POST
 (Prometheus), /version, /tokenizer_info and POST /tokenize, /detokenize; plus three of this
 book's for watching the engine: GET /stats (the block pool and queues), GET /step_log (which
 requests each recent step ran together) and GET /request_log (when each recent request was
-received, submitted, taken between steps, first scheduled and given its first token). With
+received, submitted, taken between steps, first scheduled and given its first token, when that
+token's delta reached the handler and its bytes uvicorn, and when an abort was queued and
+applied; `started` converts these to any process's perf_counter on this machine). With
 --api-key, everything but /health, /metrics and /version needs the key.
 
 A handler validates the body (pydantic, serving/protocol.py), tokenizes (chat: the checkpoint's
@@ -78,7 +80,7 @@ from minillm.serving.protocol import (
     usage_chunk,
     validation_error,
 )
-from minillm.serving.streams import event_stream, merge_choices, unless_disconnected
+from minillm.serving.streams import FirstWrite, event_stream, merge_choices, unless_disconnected
 
 OPEN_PATHS = (
     "/health",
@@ -187,6 +189,8 @@ def create_app(
                 )
         return await call_next(request)
 
+    app.add_middleware(FirstWrite)  # outermost: sets the request log's `written`
+
     @app.get("/health")
     async def health():
         if front is None or front.error is not None or not front.thread.is_alive():
@@ -226,8 +230,14 @@ def create_app(
 
     @app.get("/request_log")
     async def request_log(last: int = 200):
-        """Each recent request's received, submitted, taken, scheduled, first-token times."""
-        return {"requests": [vars(r) for r in list(front.request_log)[-max(0, last) :]]}
+        """Each recent request's times (seconds since `started`), from received to written,
+        and abort_queued and aborted for a request whose client left. `started` is the
+        server's perf_counter at 0, which on Linux is CLOCK_MONOTONIC, shared by every
+        process on the machine, so a client can place its own times on the same axis."""
+        return {
+            "started": front.started,
+            "requests": [vars(r) for r in list(front.request_log)[-max(0, last) :]],
+        }
 
     def model_card() -> dict:
         return {
@@ -380,6 +390,13 @@ def create_app(
                         )
                     )
             firsts = [await s.__anext__() for s in streams]
+
+            def written(t: float) -> None:  # the response's first bytes went to uvicorn
+                for s in streams:
+                    if s.times is not None:
+                        s.times.written = t - front.started
+
+            request.state.on_first_write = written
         except BaseException:
             for s in streams:
                 s.abort()

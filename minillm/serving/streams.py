@@ -9,16 +9,41 @@ A streaming client that goes away: Starlette cancels the response, `EventStream`
 body generator, and the `finally` blocks run down the chain to `merge_choices`, which aborts
 every choice's request, so its blocks are free before the next step. A non-streamed request has
 no body to cancel yet, so `unless_disconnected` watches for the disconnect itself (vLLM's
-`with_cancellation`, vllm/entrypoints/serve/utils/api_utils.py at commit 00a5fdd).
+`with_cancellation`, vllm/entrypoints/serve/utils/api_utils.py in vLLM 0.34.0).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+
+
+class FirstWrite:
+    """Pure ASGI middleware, outside FastAPI's: as the response's first body bytes go to
+    uvicorn, which writes them to the socket at once (unless the socket is full), it calls
+    `request.state.on_first_write(perf_counter)`, if a handler set one. The time is read
+    before the write: read after it, it could wait for the engine thread to release the GIL."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        state = scope.setdefault("state", {})  # the dict behind every `request.state`
+
+        async def timed(message):
+            if message["type"] == "http.response.body" and message.get("body"):
+                note = state.pop("on_first_write", None)
+                if note is not None:
+                    note(time.perf_counter())
+            await send(message)
+
+        await self.app(scope, receive, timed)
 
 
 class EventStream(StreamingResponse):
