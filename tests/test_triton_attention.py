@@ -149,7 +149,7 @@ def test_the_merge_takes_more_segments_than_its_tile_in_chunks():
 
 @needs_triton
 def test_the_segment_minimises_the_busiest_multiprocessors_walk():
-    from minillm.kernels.split_decode import MIN_SPLIT_GAIN, SEGMENT, decode_segment
+    from minillm.kernels.split_decode import MERGE_KEYS, MIN_SPLIT_GAIN, SEGMENT, decode_segment
     from minillm.kernels.traffic import split_decode_traffic
 
     def busiest(batch, context, segment):  # traffic.py's model: waves x longest walk
@@ -162,7 +162,7 @@ def test_the_segment_minimises_the_busiest_multiprocessors_walk():
         (1, 32768, 2048, 2048, 32768),  # 8 programs unsplit: 128 of 2,048 keys, one wave
         (17, 32768, 1024, 33792, 65536),  # 136 unsplit: a second wave of 4 programs
         (20, 16384, 512, 19968, 32768),  # 160 unsplit: a second wave of 28
-        (64, 4096, 4096, 16128, 16384),  # 4 waves, the last of 116: 1.02x, below MIN_SPLIT_GAIN
+        (64, 4096, 4096, 16128, 16384),  # 4 waves, the last of 116: 16,128 + the merge > 16,384
         (128, 2048, 2048, 16128, 16384),  # the same 1.02x: unsplit
         (132, 4096, 4096, 32768, 32768),  # 1,056 = 8 full waves: a split gains nothing
     ]
@@ -175,10 +175,31 @@ def test_the_segment_minimises_the_busiest_multiprocessors_walk():
         assert min(busiest(batch, context, s) for s in splits) == walk
         if picked < context:
             assert busiest(batch, context, picked) == walk
-        assert (picked < context) == (unsplit >= MIN_SPLIT_GAIN * walk)
+        assert (picked < context) == (unsplit >= MIN_SPLIT_GAIN * (walk + MERGE_KEYS))
     assert decode_segment([4000] * 64, 8, 132) == 4000  # unsplit, in whole 32-key tiles
     assert decode_segment([4001] * 64, 8, 132) == 4032
     assert decode_segment([200], 8, 132) == 224  # shorter than SEGMENT: never split
+
+
+@needs_triton
+def test_a_lone_short_context_stays_unsplit_and_a_long_one_splits():
+    from minillm.kernels.split_decode import (
+        MERGE_KEYS,
+        MIN_SPLIT_GAIN,
+        busiest_walk,
+        decode_segment,
+    )
+
+    # one context: split in 256-key segments, the busiest SM walks 256 keys, plus the merge's
+    # MERGE_KEYS; unsplit, the whole context. (256 + 256) x 1.25 = 640: shorter ones stay whole
+    assert MERGE_KEYS == 256 and MIN_SPLIT_GAIN == 1.25
+    assert decode_segment([320], 8, 132) == 320  # 320 keys: one launch, no merge
+    assert decode_segment([331], 8, 132) == 352
+    assert decode_segment([608], 8, 132) == 608  # the longest lone context left whole
+    assert decode_segment([640], 8, 132) == 256  # 640 >= 640: split
+    assert decode_segment([1000, 90], 8, 132) == 256
+    assert busiest_walk([32768], 2048, 8, 132) == 2048
+    assert decode_segment([32768], 8, 132) == 2048  # 2,048 + 256 keys against 32,768
 
 
 @needs_triton
@@ -277,15 +298,15 @@ def test_a_split_decode_step_is_two_launches_and_equals_the_reference():
     from minillm.kernels.split_decode import SEGMENT, decode_segment
     from minillm.kernels.triton_runtime import multiprocessors
 
-    # 8 KV heads, contexts of 600 and 90: (3 + 1) x 8 = 32 programs in segments of 256, one
-    # wave walking 256 keys against 608 unsplit, so the backend splits and merges
-    kv_heads, group, head_dim, seq_lens = 8, 2, 16, [600, 90]
+    # 8 KV heads, contexts of 1,000 and 90: (4 + 1) x 8 = 40 programs in segments of 256, one
+    # wave walking 256 keys (+ the merge's 256) against 1,024 unsplit: the backend splits
+    kv_heads, group, head_dim, seq_lens = 8, 2, 16, [1000, 90]
     g = torch.Generator().manual_seed(6)
     kv, tables, q = random_decode_case(seq_lens, kv_heads, group, head_dim, g)
     attn = TritonAttention(kv, tables, seq_lens, [0, 1, 2])
     assert attn.decode_only
     assert attn.segment == decode_segment(seq_lens, kv_heads, multiprocessors(DEVICE))
-    assert attn.segment == SEGMENT < max(seq_lens)  # split: 3 segments and 1
+    assert attn.segment == SEGMENT < max(seq_lens)  # split: 4 segments and 1
     got = attn.decode(0, q, 0.25)
     want = paged_decode_attention(q, kv, 0, tables, seq_lens, 0.25)
     assert (got - want).abs().max().item() < TOL
@@ -296,7 +317,7 @@ def test_a_split_decode_step_is_two_launches_and_equals_the_reference():
             attn.decode(0, q, 0.25)
         assert counted.launches == 2  # the segment kernel, then the merge
         # grids (B, KV, segments of the longest) and (B, H)
-        assert counted.programs == 2 * kv_heads * 3 + 2 * kv_heads * group
+        assert counted.programs == 2 * kv_heads * 4 + 2 * kv_heads * group
 
 
 @needs_triton
@@ -460,12 +481,13 @@ def test_engine_splits_the_decode_steps_of_a_long_prompt_and_keeps_the_torch_tok
             steps.append((self.decode_only, self.segment, self.max_seq_len))
 
     model = Transformer.from_pretrained(tiny_checkpoint(seed=11), device=DEVICE)
-    # contexts of 331 and 332 keys: split into segments of 256 (1.29x >= MIN_SPLIT_GAIN)
-    prompts = [[5 + i % 50 for i in range(330)], [100, 200, 300]]
+    # contexts of 701 and 702 keys: split into segments of 256 ((256 + MERGE_KEYS) x 1.25 =
+    # 640 <= 704 unsplit)
+    prompts = [[5 + i % 50 for i in range(700)], [100, 200, 300]]
     params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
     outs = {}
     for backend in ("torch", "triton"):
-        engine = LLMEngine(model, block_size=16, num_blocks=32, attention_backend=backend)
+        engine = LLMEngine(model, block_size=16, num_blocks=48, attention_backend=backend)
         if backend == "triton":
             engine.runner.backend_class = RecordedAttention
         outs[backend] = [o.token_ids for o in engine.generate(prompts, params)]

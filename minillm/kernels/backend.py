@@ -44,7 +44,7 @@ class TritonAttention(PagedAttention):
         )
         # sizes the segment axis of the flash-decoding grid
         self.max_seq_len = max(self.seq_lens)
-        # keys per decode program: the busiest multiprocessor's shortest walk (decode_segment)
+        # keys per decode program: the shortest walk, the merge charged (decode_segment)
         self.segment = decode_segment(self.seq_lens, kv.num_kv_heads, multiprocessors(device))
 
     def attend(

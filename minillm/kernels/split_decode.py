@@ -10,14 +10,15 @@ its segment; a second kernel merges a request's segments with the online-softmax
 segments at a time: weights l_s * exp(m_s - max), then one division.
 
 `decode_segment` picks the segment length per step: the one whose busiest multiprocessor walks
-the fewest keys, the programs dealt to the multiprocessors longest first (`busiest_walk`). A
-step it does not split is one launch of the segment kernel with one segment per context,
-writing the output itself.
+the fewest keys, the programs dealt to the multiprocessors longest first (`busiest_walk`), with
+the merge charged a fixed MERGE_KEYS. A step it does not split is one launch of the segment
+kernel with one segment per context, writing the output itself.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 
 import torch
 
@@ -29,7 +30,19 @@ import triton.language as tl  # noqa: E402
 BLOCK_N = 32  # keys per step of a segment's loop
 SEGMENT = 256  # the shortest segment decode_segment picks (a multiple of BLOCK_N)
 MERGE_CHUNK = 16  # segments the merge holds at once: its tile is [16, head_dim] at any context
-MIN_SPLIT_GAIN = 1.25  # heuristic margin for the merge, which the walk leaves out
+# The merge's fixed cost, in keys of one program's walk: stated assumptions for an H100 SXM and
+# Qwen3-0.6B's K/V (head_dim 128, bf16, 2 query heads per KV head), not measurements.
+MERGE_LAUNCH_S = 5e-6  # the merge: its launch and its short run, once the segment kernel ends
+SM_BYTES_PER_S = 3.35e12 / 132  # one multiprocessor's share of HBM: 25.4 GB/s
+KEY_BYTES = 2 * 128 * 2  # K and V of one key for one KV head: 512 bytes
+PARTIAL_BYTES = 2 * 2 * (128 + 2) * 4  # one program's (o, m, l), 2 heads, written and read back
+# (5e-6 x 25.4e9 + 2,080) / 512 = 252 keys, rounded up to whole tiles: 256
+MERGE_KEYS = BLOCK_N * math.ceil(
+    (MERGE_LAUNCH_S * SM_BYTES_PER_S + PARTIAL_BYTES) / KEY_BYTES / BLOCK_N
+)
+# margin for what the walk still leaves out: the other programs' partial results (4 keys per
+# program) and the GPU's own order of dealing programs (busiest_walk deals longest first)
+MIN_SPLIT_GAIN = 1.25
 
 
 def busiest_walk(seq_lens: list[int], segment: int, kv_heads: int, sms: int) -> int:
@@ -60,9 +73,9 @@ def decode_segment(seq_lens: list[int], kv_heads: int, sms: int) -> int:
     head; the step lasts as long as the busiest multiprocessor's walk (`busiest_walk`, programs
     dealt longest first). The segment minimises that walk, among SEGMENT, 2 x SEGMENT,
     4 x SEGMENT, ... below the longest context, and the whole longest context (one segment per
-    request, no merge). Ties go to the longer segment: fewer partial results to merge. The walk
-    leaves out the merge (partial results written and read back, a second launch), so a split
-    is kept only if it cuts the walk by MIN_SPLIT_GAIN, a heuristic margin, or more.
+    request, no merge). Ties go to the longer segment: fewer partial results to merge. A split
+    costs its walk plus the merge, MERGE_KEYS; it is kept only if the unsplit walk is at least
+    MIN_SPLIT_GAIN times that, so one context alone stays one launch up to 608 keys.
     """
     max_seq_len = max(seq_lens)
     whole = triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment
@@ -74,8 +87,8 @@ def decode_segment(seq_lens: list[int], kv_heads: int, sms: int) -> int:
         segment *= 2
     walks = {s: busiest_walk(seq_lens, s, kv_heads, sms) for s in candidates}
     best = min(candidates, key=lambda s: (walks[s], -s))
-    if walks[best] * MIN_SPLIT_GAIN > walks[whole]:
-        return whole  # the split's gain is under the merge's margin
+    if best == whole or (walks[best] + MERGE_KEYS) * MIN_SPLIT_GAIN > walks[whole]:
+        return whole  # the split, merge charged, does not beat the unsplit walk by the margin
     return best
 
 
