@@ -1,5 +1,5 @@
-"""Chapter 10's measurements: the gloo all-reduce timer and the decode-step timer run,
-return one number per size or step, and refuse bad arguments by name (no timing is asserted)."""
+"""Chapter 10's measurements: the gloo all-reduce timers and the interleaved decode steps run,
+return every call or step, and refuse bad arguments by name (no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,7 @@ import time
 
 import pytest
 
-from minillm.parallel.timing import (
-    all_reduce_times,
-    decode_forward_times,
-    decode_step_split,
-    decode_step_times,
-    time_all_reduce,
-)
-
-
-def test_all_reduce_times_one_number_per_message_size():
-    for statistic in ("fastest", "median"):
-        times = time_all_reduce([4, 4096], repeats=3, statistic=statistic)
-        assert sorted(times) == [4, 4096] and all(t > 0 for t in times.values())
+from minillm.parallel.timing import all_reduce_times
 
 
 def test_all_reduce_times_every_call_of_every_size():
@@ -30,49 +18,14 @@ def test_all_reduce_times_every_call_of_every_size():
     assert all(t > 0 for calls in times.values() for t in calls)
 
 
-def test_an_unknown_statistic_is_refused_by_name():
-    with pytest.raises(ValueError, match="statistic 'mean'"):
-        time_all_reduce([8], statistic="mean")
-
-
 @pytest.mark.parametrize("bad", [0, 3, 2.5, True])
 def test_a_message_below_one_float_is_refused_by_name(bad):
     with pytest.raises(ValueError, match=f"message size {bad!r}"):
-        time_all_reduce([8, bad])
-
-
-def test_decode_step_times_one_per_decode_step(model_path):
-    times = decode_step_times(model_path, 1, batch=2, prompt_len=5, steps=3)
-    assert len(times) == 3 and all(t > 0 for t in times)
-
-
-def test_decode_step_split_clocks_every_rank_only_across_ranks(model_path):
-    alone = decode_step_split(model_path, 1, batch=2, prompt_len=5, steps=2)
-    assert len(alone) == 2
-    for s in alone:
-        assert s.step_s > 0 and (s.send_s, s.collectives_s, s.workers) == (0.0, 0.0, [])
-    tp2 = decode_step_split(model_path, 2, batch=2, prompt_len=5, steps=2)
-    assert len(tp2) == 2
-    for s in tp2:
-        assert 0 < s.send_s < s.step_s and 0 < s.collectives_s < s.step_s
-        (rank1,) = s.workers  # it starts after rank 0 sent the batch, inside rank 0's step
-        assert 0 < rank1.handover_s < s.step_s and 0 < rank1.collectives_s < rank1.forward_s
-        # 2L + 1 all-reduces and the logits' gather on each rank; waiting and transfer add up
-        # to each rank's time inside them
-        assert len(s.calls) == len(rank1.calls) == 2 * 2 + 2
-        # each call's run-queue wait, on both ranks, and the step's over all threads
-        assert len(s.queued) == len(rank1.queued) == len(s.calls)
-        assert all(0 <= q <= b - a for q, (a, b) in zip(rank1.queued, rank1.calls))
-        assert s.queued_s >= 0 and rank1.queued_s >= 0
-        for (wait, transfer), inside in zip(
-            s.waiting(), (s.collectives_s, rank1.collectives_s), strict=True
-        ):
-            assert wait >= 0 and transfer >= 0
-            assert abs(wait + transfer - inside) < 1e-6
+        all_reduce_times([8, bad])
 
 
 def test_waiting_is_the_time_before_the_last_rank_arrives():
-    from minillm.parallel.timing import StepSplit
+    from minillm.parallel.timing import StepSplit, waiting_and_transfer
     from minillm.parallel.workers import RankTimes
 
     # rank 0 enters at 1.0 and rank 1 at 3.0: rank 0 waits 2; both then spend 1 in the transfer.
@@ -80,10 +33,10 @@ def test_waiting_is_the_time_before_the_last_rank_arrives():
     rank1 = RankTimes(0.1, 10.0, [(3.0, 4.0), (5.0, 5.6)])
     s = StepSplit(12.0, 0.2, [rank1], [(1.0, 4.0), (5.5, 6.0)])
     assert (s.collectives_s, rank1.collectives_s) == pytest.approx((3.5, 1.6))
-    (w0, t0), (w1, t1) = s.waiting()
+    (w0, t0), (w1, t1) = waiting_and_transfer([s.calls, rank1.calls])
     assert (w0, t0) == pytest.approx((2.0, 1.5)) and (w1, t1) == pytest.approx((0.5, 1.1))
     with pytest.raises(ValueError, match=r"\[2, 1\] collective calls"):
-        StepSplit(12.0, 0.2, [RankTimes(0.1, 10.0, [(3.0, 4.0)])], s.calls).waiting()
+        waiting_and_transfer([s.calls, [(3.0, 4.0)]])
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="Linux only")
@@ -130,14 +83,6 @@ def test_comm_stats_keep_each_call_only_when_asked():
     assert stats.calls == [] and stats.record_calls
 
 
-def test_decode_forward_times_clock_the_forward_inside_each_step(model_path):
-    for shard_of in (1, 2):
-        times = decode_forward_times(
-            model_path, batch=2, prompt_len=5, steps=3, shard_of=shard_of
-        )
-        assert len(times) == 3 and all(0 < forward < step for step, forward in times)
-
-
 def test_a_shard_without_peers_keeps_its_own_sums_and_repeats_its_logits():
     import torch
 
@@ -147,20 +92,6 @@ def test_a_shard_without_peers_keeps_its_own_sums_and_repeats_its_logits():
     assert torch.equal(group.all_reduce(x.clone()), x)  # nothing added from another rank
     assert torch.equal(group.gather_last_dim(x, 5), torch.cat([x, x], -1)[:, :5])
     assert group.stats.all_reduce == 1 and group.stats.gather == 1
-
-
-def test_a_shard_of_zero_ranks_is_refused_by_name(model_path):
-    with pytest.raises(ValueError, match="shard_of"):
-        decode_forward_times(model_path, batch=2, prompt_len=5, steps=1, shard_of=0)
-
-
-def test_every_shard_at_once_clocks_each_rank_steps(model_path):
-    from minillm.parallel.timing import concurrent_shard_forward_times
-
-    per_rank = concurrent_shard_forward_times(model_path, batch=2, prompt_len=5, steps=3)
-    assert len(per_rank) == 2
-    for times in per_rank:
-        assert len(times) == 3 and all(0 < forward < step for step, forward in times)
 
 
 def test_a_shard_past_rank_0_without_peers_still_gets_logits():
@@ -236,6 +167,7 @@ def test_pin_threads_moves_every_thread_of_the_process():
 
 def test_interleaved_steps_clock_every_engine_and_give_the_cores_back(model_path):
     from minillm.parallel.interleaved import interleaved_decode_steps
+    from minillm.parallel.timing import waiting_and_transfer
 
     mask = os.sched_getaffinity(0)
     out = interleaved_decode_steps(model_path, batch=2, prompt_len=5, steps=3)
@@ -244,8 +176,24 @@ def test_interleaved_steps_clock_every_engine_and_give_the_cores_back(model_path
     for step, forward, queued in out.tp1 + out.shard:
         assert 0 < forward < step and queued >= 0
     for s, forward in zip(out.tp2, out.tp2_forward):
-        (rank1,) = s.workers
+        (rank1,) = s.workers  # it starts after rank 0 sent the batch, inside rank 0's step
         assert 0 < s.collectives_s < forward < s.step_s and rank1.forward_s > 0
+        assert 0 < s.send_s < s.step_s and 0 < rank1.handover_s < s.step_s
+        assert 0 < rank1.collectives_s < rank1.forward_s
+        # 2L + 1 all-reduces and the logits' gather on each rank, each call's run-queue wait
+        # on both ranks, and the step's over all threads
+        assert len(s.calls) == len(rank1.calls) == 2 * 2 + 2
+        assert len(s.queued) == len(rank1.queued) == len(s.calls)
+        assert all(0 <= q <= b - a for q, (a, b) in zip(rank1.queued, rank1.calls))
+        assert s.queued_s >= 0 and rank1.queued_s >= 0
+        # waiting and transfer add up to each rank's time inside the collectives
+        for (wait, transfer), inside in zip(
+            waiting_and_transfer([s.calls, rank1.calls]),
+            (s.collectives_s, rank1.collectives_s),
+            strict=True,
+        ):
+            assert wait >= 0 and transfer >= 0
+            assert abs(wait + transfer - inside) < 1e-6
 
 
 def test_pinned_all_reduces_with_work_between_run_on_both_ranks():

@@ -1,10 +1,12 @@
 """parallel/prefill.py — where tensor parallelism pays on this machine: prefill steps, measured.
 
-A decode step of a few tokens computes little between its 2L + 1 all-reduces, so on a CPU the
-collectives outweigh the halved compute. A prefill step of `batch x prompt_len` tokens computes
+On this machine a decode step's all-reduces cost more than halving its compute saves (chapter
+10, section 6, measures both). A prefill step of `batch x prompt_len` tokens computes
 `prompt_len` times as much per all-reduce. `prefill_step_times` times such steps at a given
-tensor_parallel_size, with the thread rule of `timing.decode_step_split` (every rank half the
-machine's cores), so a TP=1 and a TP=2 run can be set side by side at several prompt lengths.
+tensor_parallel_size, so a TP=1 and a TP=2 run can be set side by side at several prompt
+lengths. The threads are the same at every size: this process (rank 0, or the whole model at
+TP=1) runs half the machine's cores' worth of torch threads, as each of TP=2's two ranks does,
+so TP=1 is one device and TP=2 adds a second rather than splitting one.
 Each step is split on rank 0's clock (`PrefillStep`): its compute, its time inside the
 all-reduces and the logits' gather, the hand-over, and the rest of the engine's step; with
 `shard_of=N` one process runs rank 0's 1/N shard alone (`timing._NoPeers`), so the shard's

@@ -1,32 +1,25 @@
-"""parallel/timing.py — what tensor parallelism costs on this machine, measured.
+"""parallel/timing.py — what tensor parallelism's collectives cost on this machine, measured.
 
-The measurements of chapter 10's section 6. `time_all_reduce` starts a gloo group
-of `world_size` processes and times `torch.distributed.all_reduce` itself, per call, for each
-message size (after a barrier, so every rank starts the call together; the fastest call
-counts, or the median with `statistic="median"`; `all_reduce_times` returns every call).
-`decode_step_times` times the engine's decode steps at a given `tensor_parallel_size`, so the
-two can be set side by side: a step at TP=N is its compute divided by N, plus 2L + 1
-all-reduces, plus the cost of handing the step to the workers. `decode_step_split` splits each
-step on every rank: the hand-over, each rank's forward, and its time inside the collectives.
-Every rank also reads, around each collective and over the step, how long its threads were
-ready to run but waited for a core (`run_queue_s`, Linux's schedstat).
-`decode_forward_times` clocks the forward inside each step of one process, of the whole model or
-of rank 0's shard run alone (its collectives no-ops), so the compute's share can be set apart.
-Two measurements then isolate why a TP=2 step on a small CPU costs more than those parts:
-`concurrent_shard_forward_times` runs every rank's shard at once with no communication (the
-compute's contention alone), and `all_reduce_between_times` puts a layer's share of compute
-between all-reduces (the collectives' cost when the ranks do not sit waiting in them).
+The all-reduce measurements of chapter 10's section 6, each in a gloo group of `world_size`
+spawned processes. `all_reduce_times` times `torch.distributed.all_reduce` itself, every call of
+each message size (after a barrier, so every rank starts the call together).
+`all_reduce_between_times` runs a sequence of all-reduces (chapter 10: a decode step's 2L + 1)
+with no barrier between the calls, with or without a layer's share of compute before each, and
+with `pin` each rank on its own cores (`cores_of`).
 `all_reduce_two_ways` times one message size with and without a barrier before each call,
-alternating in one group, so the two ways meet the same machine.
-`interleaved.py` takes TP=1 and TP=2 decode steps in turn with each rank on its own core; with
-`pin`, `all_reduce_between_times` runs its ranks on their own cores the same way.
+alternating in one group, so the two ways meet the same machine. `waiting_and_transfer` splits
+each rank's time inside the collectives into waiting for the last rank to arrive and the
+transfer after it.
+For the engine's decode and prefill steps: `StepSplit` is one decode step clocked on every rank
+(the hand-over, each rank's collectives and its run-queue wait, Linux's schedstat), which
+`interleaved.py` fills, and `_NoPeers` is rank 0's shard alone, its collectives doing nothing,
+which `interleaved.py` and `prefill.py` run to clock one rank's share of the forward.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -37,7 +30,7 @@ import torch.nn.functional as F
 from minillm.checking import check_int
 from minillm.parallel.collectives import HOST
 from minillm.parallel.layers import TensorParallelGroup
-from minillm.parallel.processes import cores_of, end_processes, run_queue_s, start_without_main
+from minillm.parallel.processes import cores_of, end_processes, start_without_main
 from minillm.parallel.workers import RankTimes
 
 STORE_TIMEOUT_S = 300  # spawned ranks import torch first: slow on a loaded machine
@@ -70,19 +63,6 @@ def _time_rank(rank, size, port, sizes, repeats, conn) -> None:
     conn.send(per_size)
     dist.destroy_process_group()
     conn.close()
-
-
-def time_all_reduce(
-    sizes, world_size: int = 2, repeats: int = 20, statistic: str = "fastest"
-) -> dict[int, float]:
-    """Seconds of one gloo all-reduce of each message size (bytes, float32), as rank 0 sees it:
-    the fastest of `repeats` calls after three warm-up calls (the call least disturbed by other
-    work on the machine), or their median with `statistic="median"`."""
-    if statistic not in ("fastest", "median"):
-        raise ValueError(f"statistic {statistic!r}: expected 'fastest' or 'median'")
-    keep = min if statistic == "fastest" else statistics.median
-    times = all_reduce_times(sizes, world_size, repeats)
-    return {nbytes: keep(calls) for nbytes, calls in times.items()}
 
 
 def all_reduce_times(sizes, world_size: int = 2, repeats: int = 20) -> dict[int, list[float]]:
@@ -128,19 +108,6 @@ def _start_ranks(target, per_rank: list[tuple]) -> tuple[list, list]:
     return procs, conns
 
 
-def decode_step_times(
-    path, tensor_parallel_size: int, batch: int, prompt_len: int, steps: int
-) -> list[float]:
-    """Seconds of each decode step of `batch` requests with `prompt_len`-token prompts (greedy,
-    `steps` new tokens each), at the given tensor_parallel_size. Every rank, the engine's
-    process included, gets half the machine's cores whatever the size, as one GPU is one GPU:
-    TP=2 adds a second device rather than splitting one."""
-    return [
-        s.step_s
-        for s in decode_step_split(path, tensor_parallel_size, batch, prompt_len, steps)
-    ]
-
-
 @dataclass
 class StepSplit:
     """One decode step at tensor_parallel_size N, clocked on every rank."""
@@ -156,13 +123,6 @@ class StepSplit:
     def collectives_s(self) -> float:
         """Rank 0's time inside the all-reduces and the logits' gather."""
         return sum(left - entered for entered, left in self.calls)
-
-    def waiting(self) -> list[tuple[float, float]]:
-        """(waiting, in the transfer) seconds of each rank, rank 0 first, summed over the
-        step's collectives. A rank waits from entering a collective until the last rank enters
-        it; what it spends inside after that is the transfer. Every rank calls the same
-        collectives in the same order, and all ranks read one clock, so the calls line up."""
-        return waiting_and_transfer([self.calls] + [w.calls for w in self.workers])
 
 
 def waiting_and_transfer(ranks: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
@@ -181,54 +141,6 @@ def waiting_and_transfer(ranks: list[list[tuple[float, float]]]) -> list[tuple[f
     return [(w, t) for w, t in totals]
 
 
-def decode_step_split(
-    path, tensor_parallel_size: int, batch: int, prompt_len: int, steps: int
-) -> list[StepSplit]:
-    """Each decode step of `decode_step_times`, split on every rank. Rank 0's time inside the
-    collectives is the transfer plus waiting for the other ranks to arrive: they start a step
-    after the hand-over and compute their own share. At size 1 only step_s is nonzero."""
-    from minillm.engine import LLMEngine
-    from minillm.sampling import SamplingParams
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
-    greedy = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
-    prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(prompt_len)] for r in range(batch)]
-    split = []
-    try:
-        with LLMEngine(
-            path, tensor_parallel_size=tensor_parallel_size, max_num_seqs=batch,
-            max_num_batched_tokens=batch * prompt_len, block_size=16,
-            num_blocks=batch * -(-(prompt_len + steps + 1) // 16),
-        ) as engine:  # fmt: skip
-            for p in prompts:
-                engine.add_request(p, greedy)
-            engine.step()  # the prefills
-            tp = engine.model.tp  # None in one process: nothing to wait for
-            if tp is not None:
-                tp.stats.record_calls = True  # rank 0's; the workers keep their last forward's
-            while engine.has_unfinished():
-                if tp is not None:
-                    tp.stats.reset()
-                queued, start = run_queue_s(all_threads=True), time.perf_counter()
-                engine.step()
-                step_s = time.perf_counter() - start
-                queued = run_queue_s(all_threads=True) - queued
-                if tp is None:
-                    split.append(StepSplit(step_s, 0.0, [], [], [], queued))
-                    continue
-                workers = engine.runner.workers.times()  # asked after the clock stopped
-                split.append(
-                    StepSplit(
-                        step_s, engine.runner.send_s, workers, tp.stats.calls, tp.stats.queued,
-                        queued,
-                    )
-                )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-    return split
-
-
 class _NoPeers(TensorParallelGroup):
     """Rank 0 of `size`, alone: its all-reduces return its own partial sum and its gather
     repeats its own slice of the logits. The shard's compute at full speed, with no other rank
@@ -245,62 +157,6 @@ class _NoPeers(TensorParallelGroup):
         return torch.cat([x] * self.size, dim=-1)[..., :total] if out is None else out
 
 
-def decode_forward_times(
-    path, batch: int, prompt_len: int, steps: int, shard_of: int = 1
-) -> list[tuple[float, float]]:
-    """(step, forward) seconds of each decode step in one process, with the threads of
-    `decode_step_times`; forward is `ModelRunner.forward` (preparing the batch, the model).
-    With `shard_of` N > 1 the model is rank 0's 1/N shard and its collectives do nothing
-    (`_NoPeers`): what one rank's share of the forward costs when it runs alone."""
-    check_int("shard_of", shard_of, min=1)
-    return _forward_times(path, batch, prompt_len, steps, 0, shard_of)
-
-
-def _forward_times(path, batch, prompt_len, steps, rank, size, before=None):
-    from minillm.engine import LLMEngine
-    from minillm.model import Transformer
-    from minillm.sampling import SamplingParams
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
-    greedy = SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
-    prompts = [[(7 * r + 3 * i) % 1000 + 10 for i in range(prompt_len)] for r in range(batch)]
-    times = []
-    try:
-        tp = _NoPeers(rank, size) if size > 1 else None
-        with LLMEngine(
-            Transformer.from_pretrained(path, tp=tp), max_num_seqs=batch,
-            max_num_batched_tokens=batch * prompt_len, block_size=16,
-            num_blocks=batch * -(-(prompt_len + steps + 1) // 16),
-        ) as engine:  # fmt: skip
-            forward, clocked = engine.runner.forward, [0.0]
-
-            def timed(batch_input):
-                start = time.perf_counter()
-                logits = forward(batch_input)
-                clocked[0] = time.perf_counter() - start
-                return logits
-
-            engine.runner.forward = timed
-            for p in prompts:
-                engine.add_request(p, greedy)
-            engine.step()  # the prefills
-            if before is not None:
-                before()  # e.g. a barrier: every rank's decode steps run at the same time
-            while engine.has_unfinished():
-                start = time.perf_counter()
-                engine.step()
-                times.append((time.perf_counter() - start, clocked[0]))
-    finally:
-        torch.set_num_threads(threads)
-    return times
-
-
-def _shard_rank(path, rank, size, batch, prompt_len, steps, barrier, conn) -> None:
-    conn.send(_forward_times(path, batch, prompt_len, steps, rank, size, barrier.wait))
-    conn.close()
-
-
 def _join_all(procs, conns, timeout_s: float = 300.0) -> list:
     try:
         for c in conns:
@@ -309,22 +165,6 @@ def _join_all(procs, conns, timeout_s: float = 300.0) -> list:
         return [c.recv() for c in conns]
     finally:
         end_processes(procs, conns, grace_s=10.0)
-
-
-def concurrent_shard_forward_times(
-    path, batch: int, prompt_len: int, steps: int, size: int = 2
-) -> list[list[tuple[float, float]]]:
-    """`decode_forward_times` of every rank's 1/size shard at once, one process per rank, with
-    the same threads each and the collectives doing nothing: rank r's (step, forward) seconds of
-    each decode step. A TP=size run without its communication, so what is left is the ranks'
-    compute sharing the machine."""
-    check_int("size", size, min=2)
-    barrier = mp.get_context("spawn").Barrier(size)
-    procs, conns = _start_ranks(
-        _shard_rank,
-        [(str(path), r, size, batch, prompt_len, steps, barrier) for r in range(size)],
-    )
-    return _join_all(procs, conns)
 
 
 def _between_rank(rank, size, port, nbytes, calls, work, repeats, pin, conn) -> None:
