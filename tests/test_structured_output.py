@@ -17,6 +17,7 @@ from minillm.sampling import SamplingParams
 from minillm.structured_output import StructuredOutputsParams
 from minillm.structured_output.bitmask import (
     apply_bitmask,
+    backend_for,
     pack_bitmask,
     unpack_bitmask,
     words_for,
@@ -322,6 +323,22 @@ def test_pack_bitmask_sets_bit_t_of_word_t_over_32_and_unpacks_back(vocab, densi
     assert torch.equal(unpack_bitmask(packed, vocab), allowed)
     full = pack_bitmask(torch.ones(1, 64, dtype=torch.bool))
     assert full.tolist() == [[-1, -1]]  # bit 31 set: the int32 word is negative
+
+
+def test_apply_backend_is_torch_on_cpu_and_xgrammars_choice_elsewhere():
+    assert backend_for(torch.device("cpu")) == "torch_native"
+    assert backend_for(torch.device("cuda", 0)) == "auto"  # xgrammar's device kernel, as vLLM
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_apply_bitmask_on_cuda_logits_equals_the_cpu_apply():
+    g = torch.Generator().manual_seed(0)
+    allowed = torch.rand(4, 1000, generator=g) < 0.3
+    logits = torch.randn(4, 1000, generator=g)
+    cpu = apply_bitmask(logits.clone(), pack_bitmask(allowed), [0, 2])
+    gpu = apply_bitmask(logits.cuda(), pack_bitmask(allowed).cuda(), [0, 2])
+    assert torch.equal(gpu.cpu(), cpu)
 
 
 # ---- bad specs -----------------------------------------------------------------------------

@@ -37,16 +37,23 @@ def pack_bitmask(allowed: torch.Tensor) -> torch.Tensor:
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)  # bit 31: sign
 
 
-# xgrammar's torch backend: faster than its C++ CPU kernel when a row allows few tokens, as
-# constrained rows mostly do (chapter 12, section 7, times both at the chapter's shares).
-BACKEND = "torch_native"
+# On CPU logits, xgrammar's torch backend: replayed on every mask row of chapter 12's own
+# constrained runs (sections 7 and 8), most of which allow under 1% of the vocabulary, it takes
+# less time in total than xgrammar's C++ CPU kernel, which is slowest on such rows. On a GPU,
+# "auto" lets xgrammar pick its device kernel, as vLLM does.
+CPU_BACKEND = "torch_native"
+
+
+def backend_for(device: torch.device) -> str:
+    """The xgrammar apply backend for logits on this device."""
+    return CPU_BACKEND if device.type == "cpu" else "auto"
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """logits [M, V] with the forbidden tokens of the given rows set to -inf (in place).
 
-    bitmask [M, W] holds one packed row per row of logits; only `rows` are applied. xgrammar's
-    torch backend does it (see BACKEND), on float32 logits.
+    bitmask [M, W] holds one packed row per row of logits; only `rows` are applied, by xgrammar
+    (the backend_for the logits' device), on float32 logits.
     """
     import xgrammar as xgr
 
@@ -55,7 +62,11 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) 
     # the kernel wants float32 (-inf survives the cast back); float32 logits are masked in place
     out = logits if logits.dtype == torch.float32 else logits.float()
     xgr.apply_token_bitmask_inplace(
-        out, bitmask.to(out.device), vocab_size=out.shape[-1], indices=rows, backend=BACKEND
+        out,
+        bitmask.to(out.device),
+        vocab_size=out.shape[-1],
+        indices=rows,
+        backend=backend_for(out.device),
     )
     return out if out is logits else out.to(logits.dtype)
 
