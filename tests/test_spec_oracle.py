@@ -13,6 +13,7 @@ from minillm.engine import LLMEngine
 from minillm.sampling import SamplingParams
 from minillm.spec_decode.oracle import (
     OracleProposer,
+    TimedOracleProposer,
     expected_tokens,
     expected_tokens_cut,
     wrong,
@@ -106,6 +107,50 @@ def test_tokens_per_verify_follow_the_formula(model, workload):
     tokens, stats = oracle_run(model, 0.7, 2, *workload, seed=5)
     assert tokens == workload[1]
     assert abs(stats.mean_accepted_length - expected_tokens(0.7, 2)) < 0.4
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0])
+def test_the_timed_oracle_draft_runs_the_draft_and_proposes_the_oracle(model, workload, alpha):
+    prompts, truth = workload
+    engine = LLMEngine(
+        model,
+        eos_token_id=[],
+        speculative_config={
+            "method": "draft_model",
+            "num_speculative_tokens": 3,
+            "num_draft_layers": 1,
+        },
+    )
+    continuations = {tuple(p): t for p, t in zip(prompts, truth)}
+    timed = TimedOracleProposer(engine.spec.proposer, OracleProposer(continuations, alpha, 7))
+    engine.spec.proposer = timed
+    calls = [0]
+    draft_forward = timed.runner.forward
+
+    def counting(batch):
+        calls[0] += 1
+        return draft_forward(batch)
+
+    timed.runner.forward = counting
+    rounds = []  # per propose call: its longest proposal, one draft forward per token
+    draft_propose = timed.draft.propose
+
+    def logged(seqs, ks):
+        rounds.append(max(ks, default=0))
+        return draft_propose(seqs, ks)
+
+    timed.draft.propose = logged
+    outs = engine.generate(prompts, SamplingParams(max_tokens=len(truth[0]), ignore_eos=True))
+    assert [o.token_ids for o in outs] == truth
+    # the oracle's counts, draw for draw: the draft's own tokens were never proposed
+    _, free = oracle_run(model, alpha, 3, prompts, truth, seed=7)
+    got = engine.spec_stats
+    assert (got.num_drafts, got.num_accepted_tokens) == (
+        free.num_drafts,
+        free.num_accepted_tokens,
+    )
+    assert calls[0] == sum(rounds) > 0  # the draft ran every round a real draft would
+    assert all(s.request_id not in timed.draft.computed for s in engine.scheduler.running)
 
 
 def test_the_oracle_refuses_a_prompt_it_was_not_given(model, workload):

@@ -87,10 +87,13 @@ def run(
     spec: dict | None,
     proposer=None,
     split: bool = False,
+    wrap_proposer=None,
 ) -> dict:
     """One pass through a fresh engine: seconds, tokens, and the engine's forward and proposal
-    counts. proposer replaces the one spec's method builds (spec_sweep.py's oracle); split
-    clocks every target forward's projections and attention (forward_split.py)."""
+    counts. proposer replaces the one spec's method builds (spec_sweep.py's oracle);
+    wrap_proposer, a function of the built one, returns its replacement (chapter 9's timed
+    oracle draft wraps the draft's); split clocks every target forward's projections and
+    attention (forward_split.py)."""
     max_len = max(len(p) for p in prompts) + max_tokens + 8
     engine = LLMEngine(
         model,
@@ -103,6 +106,8 @@ def run(
     )
     if proposer is not None:
         engine.spec.proposer = proposer
+    if wrap_proposer is not None:
+        engine.spec.proposer = wrap_proposer(engine.spec.proposer)
     forward_times: dict[
         int, list[float]
     ] = {}  # query tokens in the step -> seconds of each target forward

@@ -18,7 +18,9 @@ length measures, and what a short run falls below E by.
 `OracleProposer` makes that assumption true: it knows each request's plain greedy continuation
 (run beforehand) and proposes it, each token replaced by a wrong one with probability
 1 - alpha, at no cost. Sweeping alpha and k with it measures the verify side of speculation
-alone; a real proposer's own cost comes on top.
+alone; a real proposer's own cost comes on top. `TimedOracleProposer` puts that cost back: it
+runs a draft model's forwards as a draft proposer would, then proposes the oracle's tokens, so a
+draft of known cost can be timed at any alpha.
 """
 
 from __future__ import annotations
@@ -95,3 +97,29 @@ class OracleProposer:
 
     def forget(self, request_id: str) -> None:
         pass  # no per-request state
+
+
+class TimedOracleProposer:
+    """A draft's cost with the oracle's proposals: each call runs `draft.propose` (its forwards,
+    its K/V writes, as many as a real draft of that acceptance would run) and discards its
+    tokens for `oracle.propose`'s. Greedy requests only: the oracle has no probabilities q."""
+
+    writes_kv = True  # the draft's forwards write K/V: slots are reserved before it runs
+
+    def __init__(self, draft, oracle: OracleProposer):
+        self.draft, self.oracle = draft, oracle
+        self.runner = draft.runner  # the draft's forwards, for a benchmark to count and time
+
+    def propose(self, seqs, ks: list[int]) -> list[tuple[list[int], None]]:
+        drafted = self.draft.propose(seqs, ks)
+        told = self.oracle.propose(seqs, ks)
+        for s, (d, _), (t, _) in zip(seqs, drafted, told):
+            if len(d) != len(t):
+                raise AssertionError(
+                    f"{s.request_id}: the draft proposed {len(d)} tokens and the oracle "
+                    f"{len(t)}: expected the same count"
+                )
+        return told
+
+    def forget(self, request_id: str) -> None:
+        self.draft.forget(request_id)
