@@ -5,6 +5,7 @@ break-even alpha."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -208,3 +209,21 @@ def test_the_sweep_splits_the_forwards_that_price_c(model):
     assert [v / d for v, _, _, d, _, _ in parts] == cost_ratios(rows, 2, 2)
     for v, vp, va, d, dp, da in parts:
         assert 0 < vp + va < v and 0 < dp + da < d
+
+
+def test_the_timed_oracle_refuses_a_draft_that_proposes_another_count():
+    class Fixed:  # proposes n tokens for every request
+        runner = None
+
+        def __init__(self, n):
+            self.n = n
+
+        def propose(self, seqs, ks):
+            return [([1] * self.n, None) for _ in seqs]
+
+        def forget(self, request_id):
+            pass
+
+    timed = TimedOracleProposer(Fixed(2), Fixed(3))
+    with pytest.raises(RuntimeError, match="r0: the draft proposed 2 tokens and the oracle 3"):
+        timed.propose([SimpleNamespace(request_id="r0")], [3])

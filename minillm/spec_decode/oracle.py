@@ -115,7 +115,7 @@ class TimedOracleProposer:
         told = self.oracle.propose(seqs, ks)
         for s, (d, _), (t, _) in zip(seqs, drafted, told):
             if len(d) != len(t):
-                raise AssertionError(
+                raise RuntimeError(
                     f"{s.request_id}: the draft proposed {len(d)} tokens and the oracle "
                     f"{len(t)}: expected the same count"
                 )
