@@ -286,9 +286,9 @@ def sample(
     if any(params[i].min_p > 0 for i in rows):
         scaled = apply_min_p(scaled, [params[i].min_p for i in rows])
     # The filter sorts each row's whole vocabulary, so only rows that set top-k or top-p go
-    # through it; on the others it would change nothing (vLLM's apply_top_k_top_p, in
-    # vllm/v1/sample/ops/topk_topp_sampler.py at 01fa3fe, returns the logits when given no k and
-    # no p). It works row by row, so every row gets the same tokens either way.
+    # through it; on the others it would change nothing (vLLM 0.34.0's apply_top_k_top_p, in
+    # vllm/v1/sample/ops/topk_topp_sampler.py, returns the logits when given no k and no p).
+    # It works row by row, so every row gets the same tokens either way.
     filtered = [j for j, i in enumerate(rows) if uses_top_k_top_p(params[i])]
     if filtered:
         scaled[filtered] = apply_top_k_top_p(
