@@ -61,8 +61,9 @@ def ngram_propose(
     prompt_lookup_min..prompt_lookup_max tokens; [] when no such suffix occurred before.
 
     Longer suffixes are tried first (a longer match predicts better); among a suffix's earlier
-    occurrences the earliest wins, as in vLLM's NgramProposer: it has the most tokens after it,
-    so a proposal is seldom cut short by the end of the context (for the suffix [7] of
+    occurrences the earliest wins, as in transformers' prompt lookup (vLLM 0.34.0's GPU kernel
+    takes the latest and pads to k; chapter 9 shows both). The earliest has the most tokens
+    after it, so a proposal is seldom cut short by the end of the context (for the suffix [7] of
     [7, 7, 7, 7], the latest earlier [7] is followed by one token, the earliest by three).
     """
     n_ctx = len(context)

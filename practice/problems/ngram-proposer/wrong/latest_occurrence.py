@@ -1,4 +1,4 @@
-"""Wrong: takes the latest occurrence of the suffix instead of the first, as vLLM does not.
+"""Wrong: takes the latest occurrence of the suffix where the problem asks for the earliest.
 
 Caught by: test_the_example.
 """
