@@ -41,6 +41,24 @@ def test_a_shard_alone_meets_no_other_rank(tiny_checkpoint):
     assert shard.all_reduce_s > 0 and whole.all_reduce_s == 0  # counted, but a no-op
 
 
+def test_threads_sets_rank0s_torch_threads_for_the_steps_only(tiny_checkpoint, monkeypatch):
+    import torch
+
+    seen = []
+    step = __import__("minillm.engine", fromlist=["LLMEngine"]).LLMEngine.step
+
+    def counting(self):
+        seen.append(torch.get_num_threads())
+        return step(self)
+
+    monkeypatch.setattr("minillm.engine.LLMEngine.step", counting)
+    before = torch.get_num_threads()
+    prefill_step_times(
+        tiny_checkpoint(seed=2), 1, batch=2, prompt_lens=[4], repeats=1, threads=3
+    )
+    assert seen and set(seen) == {3} and torch.get_num_threads() == before
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -49,6 +67,7 @@ def test_a_shard_alone_meets_no_other_rank(tiny_checkpoint):
         {"prompt_lens": [0]},
         {"shard_of": 0},
         {"shard_of": 2, "tensor_parallel_size": 2},
+        {"threads": 0},
     ],
 )
 def test_prefill_step_times_refuses_a_bad_size(tiny_checkpoint, bad):

@@ -6,7 +6,8 @@ On this machine a decode step's all-reduces cost more than halving its compute s
 tensor_parallel_size, so a TP=1 and a TP=2 run can be set side by side at several prompt
 lengths. The threads are the same at every size: this process (rank 0, or the whole model at
 TP=1) runs half the machine's cores' worth of torch threads, as each of TP=2's two ranks does,
-so TP=1 is one device and TP=2 adds a second rather than splitting one.
+so TP=1 is one device and TP=2 adds a second rather than splitting one; `threads` overrides it
+(all the cores at TP=1: one process using what TP=2's two ranks use).
 Each step is split on rank 0's clock (`PrefillStep`): its compute, its time inside the
 all-reduces and the logits' gather, the hand-over, and the rest of the engine's step; with
 `shard_of=N` one process runs rank 0's 1/N shard alone (`timing._NoPeers`), so the shard's
@@ -55,13 +56,16 @@ def prefill_step_times(
     prompt_lens: list[int],
     repeats: int = 3,
     shard_of: int = 1,
+    threads: int | None = None,
 ) -> dict[int, list[PrefillStep]]:
     """`repeats` prefill steps of `batch` prompts of each length in `prompt_lens`, in one
     engine: each step prefills every prompt whole and samples one token, which ends the
     requests (no prefix cache, and fresh token ids each repeat). One warm-up step first. With
     `shard_of` N > 1 (at tensor_parallel_size 1) the model is rank 0's 1/N shard, its
     collectives doing nothing: its logits are not the model's, its compute is one rank's
-    share."""
+    share. `threads` sets rank 0's torch threads (by default half the machine's cores, as each
+    rank gets): at tensor_parallel_size 1, all the cores make the one-process baseline that
+    uses what TP=2's two ranks use."""
     from minillm.engine import LLMEngine
     from minillm.model import Transformer
     from minillm.parallel.timing import _NoPeers
@@ -78,8 +82,10 @@ def prefill_step_times(
     lens = [check_int("prompt_len", n, min=1) for n in prompt_lens]
     longest = max(lens)
     one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
+    before = torch.get_num_threads()
+    if threads is not None:
+        check_int("threads", threads, min=1)
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // 2))
     times: dict[int, list[PrefillStep]] = {n: [] for n in lens}
     try:
         model = (
@@ -117,7 +123,7 @@ def prefill_step_times(
                 if k:  # step 0 is the warm-up
                     times[n].append(_split(engine, tp, seconds, clocked[0]))
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
     return times
 
 
