@@ -18,13 +18,13 @@ from minillm.runner import ModelRunner, build_batch
 ROUNDS = 5  # every comparison in chapter 5: the fastest of 5 interleaved rounds
 
 
-def fastest_interleaved(
+def interleaved_rounds(
     fns: dict[str, Callable[[], object]], rounds: int = ROUNDS
-) -> dict[str, float]:
-    """Seconds: the fastest call of each fn over `rounds` rounds, every fn called once per round
-    in turn, so that a busy moment of the machine slows them alike. One CPU thread, no
-    autograd."""
-    best = dict.fromkeys(fns, float("inf"))
+) -> dict[str, list[float]]:
+    """Seconds: every call of each fn, round by round, every fn called once per round in turn,
+    so that a busy moment of the machine slows them alike and round r's times pair up. One CPU
+    thread, no autograd."""
+    times = {name: [] for name in fns}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # steadier on a busy machine
     try:
@@ -33,10 +33,17 @@ def fastest_interleaved(
                 for name, fn in fns.items():
                     start = time.perf_counter()
                     fn()
-                    best[name] = min(best[name], time.perf_counter() - start)
+                    times[name].append(time.perf_counter() - start)
     finally:
         torch.set_num_threads(threads)
-    return best
+    return times
+
+
+def fastest_interleaved(
+    fns: dict[str, Callable[[], object]], rounds: int = ROUNDS
+) -> dict[str, float]:
+    """Seconds: the fastest call of each fn over `rounds` interleaved rounds."""
+    return {name: min(ts) for name, ts in interleaved_rounds(fns, rounds).items()}
 
 
 class _NoAttention:
