@@ -8,7 +8,7 @@ padded batch.
     python benchmarks/attention.py --mixed-steps 2000:0+64x4096  # one mixed step of your own
 
 For each batch size B and context L (every request of the batch has the same context, so the
-padded batch has no padding), one decode step of one layer's attention is timed four ways:
+padded batch has no padding), one decode step of one layer's attention is timed five ways:
 
 - `triton`: `triton_paged_attention`, one launch over the flat batch, K/V read through the block
   tables;

@@ -144,9 +144,8 @@ def generate(
     prompt_ids = _check_prompt(model, prompt_ids, max_new_tokens)
     device = model.embed_tokens.weight.device
     cache = KVCache.for_model(model, max_len=len(prompt_ids) + max_new_tokens)
-    logits = forward_cached(model, cache, torch.tensor([prompt_ids], device=device))[
-        0
-    ]  # prefill: [V]
+    prompt = torch.tensor([prompt_ids], device=device)  # [1, P]
+    logits = forward_cached(model, cache, prompt)[0]  # prefill: [V]
     new_ids, all_logits = [], []
     while True:
         token = int(logits.argmax())
@@ -154,9 +153,8 @@ def generate(
         all_logits.append(logits)
         if token == eos or len(new_ids) == max_new_tokens:
             break
-        logits = forward_cached(model, cache, torch.tensor([[token]], device=device))[
-            0
-        ]  # decode: one token
+        step = torch.tensor([[token]], device=device)  # [1, 1]
+        logits = forward_cached(model, cache, step)[0]  # decode, one token: [V]
     return (new_ids, torch.stack(all_logits)) if return_logits else new_ids
 
 

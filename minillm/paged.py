@@ -28,9 +28,7 @@ class OutOfBlocksError(RuntimeError):
     """The pool cannot satisfy an allocation; nothing was allocated."""
 
 
-DEFAULT_BLOCK_SIZE = (
-    16  # tokens per block unless a caller picks another (vLLM's default on GPUs too)
-)
+DEFAULT_BLOCK_SIZE = 16  # tokens per block unless a caller picks another
 
 
 def num_blocks_for(num_tokens: int, block_size: int) -> int:
@@ -348,7 +346,7 @@ class PagedAttention:
         v = self.kv.gather(layer, "v", blocks).view(B, L, KV, hd)
         # Filler entries read block 0 and a last block's tail is stale: either may hold another
         # request's inf or NaN. The mask gives those keys weight 0, but NaN - inf and 0 x NaN
-        # are still NaN, so they are zeroed first (vLLM's kernel zeroes V past the context too).
+        # are still NaN, so they are zeroed first.
         k.view(B * L, KV * hd).index_fill_(0, self.decode_hidden, 0.0)
         v.view(B * L, KV * hd).index_fill_(0, self.decode_hidden, 0.0)
         # GQA by a reshape: a KV head's G query heads are its G query rows. k, v are read in

@@ -407,3 +407,48 @@ def test_one_forward_over_private_caches_gives_the_serial_runs_tokens(small):
     for (prompt, max_new, _), t in zip(specs, tokens):
         assert t == generate(small, prompt, max_new)
     assert [c.length for c in caches] == [23, 5, 8]
+
+
+# --- chapter 3's measurement helpers (minillm/notebook/slot_timing.py, arena.py)
+#   ----------------------------------------------------------------------
+
+
+def test_decode_ways_run_one_step_three_ways_to_the_same_tokens(small):
+    from minillm.notebook.slot_timing import decode_ways
+
+    lens, ways = decode_ways(small, 3)
+    assert len(lens) == 3 and all(1 <= n < 200 for n in lens)
+    tokens = [ways[w]()[:, -1].argmax(-1) for w in ["serial", "shared", "private"]]
+    assert all(torch.equal(tokens[0], t) for t in tokens[1:])
+    ways["write, shared"](), ways["write, private"]()
+    for (k1, v1), (kn, vn) in zip(ways["gather, shared"](), ways["gather, private"]()):
+        assert torch.equal(k1, kn) and torch.equal(v1, vn)
+
+
+def test_count_ops_sees_one_write_per_layer_and_buffer_shared_and_n_private(small):
+    from minillm.notebook.slot_timing import count_ops, decode_ways
+
+    _, ways = decode_ways(small, 4)
+    layers_kv = 2 * small.cfg.num_hidden_layers
+    assert count_ops(ways["shared"]).writes == layers_kv
+    assert count_ops(ways["private"]).writes == 4 * layers_kv
+
+
+def test_first_fit_takes_the_lowest_hole_large_enough():
+    from minillm.notebook.arena import first_fit
+
+    running = [(9, 0, 2), (9, 4, 2), (9, 8, 2)]  # holes of 2 at 2 and 6, none after 10 of 10
+    assert first_fit(running, 2, arena=10) == 2
+    assert first_fit(running, 3, arena=10) is None
+    assert first_fit([], 10, arena=10) == 0
+
+
+def test_fragmented_arena_refuses_a_request_that_joined_holes_admit():
+    from minillm.notebook.arena import fill_arena
+
+    # A, B, C fill the arena; A and C leave first, freeing 2 + 2 tokens in two holes; D needs 4
+    need, hold = [2, 2, 2, 4], [1, 5, 1, 1]
+    ff_running, ff_refused = fill_arena(need, hold, arena=6, holes_join=False)
+    joined_running, joined_refused = fill_arena(need, hold, arena=6, holes_join=True)
+    assert (ff_refused, joined_refused) == (1, 0)
+    assert ff_running < joined_running

@@ -9,6 +9,7 @@ too).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -16,9 +17,9 @@ import pytest
 import torch
 
 from minillm.checkpoints import load_tokenizer, resolve_model, smollm2
-from minillm.checks.reference import rounding_bound
+from minillm.checks.reference import float64_bound, rounding_bound
 from minillm.engine import LLMEngine
-from minillm.model import Transformer
+from minillm.model import RMSNorm, Transformer
 from minillm.paged import BlockPool, PagedKVCache, num_blocks_for
 from minillm.runner import ModelRunner, build_batch
 from minillm.sampling import SamplingParams
@@ -71,18 +72,21 @@ def hf64(smollm2_path):
 
 
 @torch.no_grad()
-def fp32_bound(hf_gguf, hf64, ids: list[int]) -> float:
-    """The book's 1e-4, or ROUNDING_FACTOR times transformers' own float32 rounding error if
-    that is larger (see minillm/checks/reference.py).
+def hf_error(hf_gguf, hf64, ids: list[int]) -> float:
+    """transformers' own float32 rounding on these tokens: max |its float32 logits - float64|.
 
-    Over SmolLM2's 30 layers, float32 rounding alone moves a logit by about 1e-4 (transformers
-    against float64: 9e-5 on a 42-token chat), and minillm's packed oneDNN kernel rounds about
-    1.5x as much as transformers' MKL products, so the two can land past 1e-4 apart. The test
-    still fails for any error larger than rounding.
+    Over SmolLM2's 30 layers it is 4e-5 to 9e-5 (chapter 1), so the two bounds built on it
+    (minillm/checks/reference.py) can pass 1e-4: `float64_bound` for minillm against float64,
+    `rounding_bound` (the two errors added) for minillm against transformers' float32.
     """
     x = torch.tensor([ids])
-    own = (hf_gguf(x).logits[0].double() - hf64(x).logits[0]).abs().max().item()
-    return rounding_bound(own)
+    return (hf_gguf(x).logits[0].double() - hf64(x).logits[0]).abs().max().item()
+
+
+@torch.no_grad()
+def fp32_bound(hf_gguf, hf64, ids: list[int]) -> float:
+    """The bound on a difference between two float32 runs (see `rounding_bound`)."""
+    return rounding_bound(hf_error(hf_gguf, hf64, ids))
 
 
 @pytest.fixture(scope="session")
@@ -118,15 +122,46 @@ def test_the_converted_config_is_smollm2s(ours, smollm2_path):
 
 @torch.no_grad()
 def test_logits_equal_transformers_on_the_same_gguf(ours, hf_gguf, hf64, tok, chats):
-    plain = ("The capital of France is", "def fibonacci(n):")
+    plain = (
+        "The capital of France is",
+        "def fibonacci(n):",
+        "Once upon a time, in a small village, there lived",
+        "Write a haiku about the sea.",
+    )
     prompts = chats[:2] + [tok(t).input_ids for t in plain]
     for ids in prompts:
         x = torch.tensor([ids])
+        own = hf_error(hf_gguf, hf64, ids)
+        # as close to the float64 answer as transformers' float32 is, within ROUNDING_FACTOR
+        err64 = (ours(x)[0].double() - hf64(x).logits[0]).abs().max().item()
+        assert err64 < float64_bound(own), f"{err64:.2e} from float64, {len(ids)} tokens"
+        # and so within the sum of the two errors of transformers' float32 logits
         err = (ours(x)[0] - hf_gguf(x).logits[0]).abs().max().item()
-        bound = fp32_bound(hf_gguf, hf64, ids)
-        assert err < bound, f"max |logit error| {err:.2e} on a {len(ids)}-token prompt"
-        # and as close to the float64 answer as transformers' float32 is, within that factor
-        assert (ours(x)[0].double() - hf64(x).logits[0]).abs().max().item() < bound
+        assert err < rounding_bound(own), f"max |logit error| {err:.2e}, {len(ids)} tokens"
+
+
+@torch.no_grad()
+def test_a_wrong_eps_or_rope_theta_misses_the_bound_by_orders_of_magnitude(ours, hf64, chats):
+    """The planted-bug control: the bounds above leave room for rounding, not for a bug."""
+    x = torch.tensor([chats[0]])
+    exact = hf64(x).logits[0]
+    bound = float64_bound(1e-4)  # looser than any own error measured on SmolLM2
+    norms = [m for m in ours.modules() if isinstance(m, RMSNorm)]
+    eps, cfg = [m.eps for m in norms], ours.cfg
+    try:
+        for m in norms:
+            m.eps *= 10
+        wrong_eps = (ours(x)[0].double() - exact).abs().max().item()
+    finally:
+        for m, e in zip(norms, eps):
+            m.eps = e
+    try:
+        ours.cfg = dataclasses.replace(cfg, rope_theta=10_000.0)
+        wrong_theta = (ours(x)[0].double() - exact).abs().max().item()
+    finally:
+        ours.cfg = cfg
+    assert wrong_eps > 100 * bound and wrong_theta > 100 * bound, (wrong_eps, wrong_theta)
+    assert (ours(x)[0].double() - exact).abs().max().item() < bound, "the model was restored"
 
 
 @torch.no_grad()

@@ -195,7 +195,8 @@ def test_a_lone_short_context_stays_unsplit_and_a_long_one_splits():
     assert MERGE_KEYS == 256 and MIN_SPLIT_GAIN == 1.25
     assert decode_segment([320], 8, 132) == 320  # 320 keys: one launch, no merge
     assert decode_segment([331], 8, 132) == 352
-    assert decode_segment([608], 8, 132) == 608  # the longest lone context left whole
+    assert decode_segment([608], 8, 132) == 608  # whole: a lone context splits from 640 keys
+    assert decode_segment([639], 8, 132) == 640  # the longest left whole (one padded segment)
     assert decode_segment([640], 8, 132) == 256  # 640 >= 640: split
     assert decode_segment([1000, 90], 8, 132) == 256
     assert busiest_walk([32768], 2048, 8, 132) == 2048

@@ -85,6 +85,18 @@ def run(
     seconds = time.perf_counter() - t
     assert all(len(o.token_ids) == max_tokens for o in outs)
     prefill = sum(c.num_new for p in engine.plans for c in p.chunks if c.kind != "decode")
+    # per request, the steps from its admission to its first token (its last prompt chunk),
+    # and all requests' tokens in those steps: what it shares them with
+    span = {}
+    for s, plan in enumerate(engine.plans):
+        for c in plan.chunks:
+            if c.kind != "decode":
+                span[c.request_id] = (span.get(c.request_id, (s, s))[0], s)
+    steps = [b - a + 1 for a, b in span.values()]
+    step_tokens = [
+        sum(c.num_new for p in engine.plans[a : b + 1] for c in p.chunks)
+        for a, b in span.values()
+    ]
     return dict(
         seconds=seconds,
         ttft=[o.ttft for o in outs],
@@ -94,6 +106,8 @@ def run(
         hit_tokens=engine.stats.num_hit_tokens,
         hit_rate=engine.stats.hit_rate,
         preemptions=sum(o.num_preemptions for o in outs),
+        steps_to_first_token_mean=statistics.mean(steps),
+        tokens_in_those_steps_mean=statistics.mean(step_tokens),
     )
 
 
@@ -254,6 +268,9 @@ def main(argv=None) -> int:
             hit_tokens=first["hit_tokens"],
             hit_rate=first["hit_rate"],
             preemptions=first["preemptions"],
+            # exact counts from the plans (the same in every round): admission to first token
+            steps_to_first_token_mean=first["steps_to_first_token_mean"],
+            tokens_in_those_steps_mean=first["tokens_in_those_steps_mean"],
             tokens=first["tokens"],
             # each round's own values, in the order run: the spread behind the medians
             rounds=dict(
@@ -330,7 +347,9 @@ def print_table(
             print(
                 f"{name:<22} | TTFT mean = {r['wait_mean'] * 1e3:.1f} ms waiting to be "
                 f"admitted + {r['admitted_to_first_token_mean'] * 1e3:.1f} ms from admission "
-                "to the first token"
+                "to the first token, "
+                f"{r['steps_to_first_token_mean']:.1f} steps of "
+                f"{r['tokens_in_those_steps_mean']:.0f} tokens in all"
             )
     ok = same
     for kind in ("queued", "alone"):

@@ -75,7 +75,9 @@ def decode_segment(seq_lens: list[int], kv_heads: int, sms: int) -> int:
     4 x SEGMENT, ... below the longest context, and the whole longest context (one segment per
     request, no merge). Ties go to the longer segment: fewer partial results to merge. A split
     costs its walk plus the merge, MERGE_KEYS; it is kept only if the unsplit walk is at least
-    MIN_SPLIT_GAIN times that, so one context alone stays one launch up to 608 keys.
+    MIN_SPLIT_GAIN times that. One context alone, split, walks SEGMENT keys plus MERGE_KEYS,
+    and unsplit its own length: it stays one launch up to 639 keys and splits from
+    1.25 x (256 + 256) = 640.
     """
     max_seq_len = max(seq_lens)
     whole = triton.cdiv(max_seq_len, BLOCK_N) * BLOCK_N  # whole tiles, one segment

@@ -13,7 +13,10 @@ asks for; the reload factor (elements read over distinct elements) says how much
 
 The torch reference the kernels replace (chapter 4's `PagedAttention.decode` and `.varlen`) is
 counted the same two ways: `count_torch_ops()` watches the aten operations it runs, and
-`torch_reference_traffic` computes the same counts from its code.
+`torch_reference_traffic` computes the same counts from its code. An operation is charged the
+distinct K/V elements it reads and writes, like a launch's `kv_distinct`: what one launch or one
+operation reads again (another query head, another query tile) is left to the caches, on both
+sides, so kernels and reference can be compared under one rule.
 """
 
 from __future__ import annotations
@@ -160,9 +163,10 @@ def count_torch_ops(k_cache, v_cache):
     """Count the aten operations run inside the block and the K/V elements they read and write.
 
     K/V is the storage of the two caches and every copy made of it (a gather, a clone). An
-    operation reads each K/V operand whole, as the operation sees it (a K expanded to all query
-    heads counts once per query head), except a gather, which reads only the rows it takes.
-    Views move no data and are not counted. `ops` lists each counted operation in order.
+    operation reads the distinct elements of each K/V operand (a K expanded to all query heads,
+    a stride-0 view, is read once, not once per query head), except a gather, which reads only
+    the rows it takes. Views move no data and are not counted. `ops` lists each counted
+    operation in order.
     """
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -173,6 +177,10 @@ def count_torch_ops(k_cache, v_cache):
 
     def is_kv(t) -> bool:
         return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in kv_storages
+
+    def distinct(t) -> int:
+        """Elements t addresses: a stride-0 dimension (an expand) repeats the same ones."""
+        return math.prod(n for n, s in zip(t.shape, t.stride()) if s != 0)
 
     class Counter(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -191,7 +199,7 @@ def count_torch_ops(k_cache, v_cache):
             elif name in _ROW_FILLS:
                 kv_read = 0  # index_fill_(self, dim, index, value) reads none of self
             else:
-                kv_read = sum(t.numel() for t in read)
+                kv_read = sum(distinct(t) for t in read)
             kv_written = 0
             if name in _COPIES and read:
                 for t in outputs:
@@ -232,11 +240,12 @@ def torch_reference_traffic(
         gathered = math.ceil(seq_len / block_size) * block_size * kv_row  # whole blocks
         repeated = seq_len * num_heads * head_dim  # K (or V) copied to every query head
         # varlen, per request: K and V each gathered (a read and a write), repeated to the
-        # query heads by repeat_interleave (a read and a write of every copy) and read by
-        # scaled_dot_product_attention. Operations: 2 gathers, 2 repeats, the mask (ones,
-        # tril; in attention 2 scalars and a where), the attention, the copy into the output.
+        # query heads by repeat_interleave (a read of the request's seq_len rows, a write of
+        # every copy) and read by scaled_dot_product_attention. Operations: 2 gathers, 2
+        # repeats, the mask (ones, tril; in attention 2 scalars and a where), the attention,
+        # the copy into the output.
         cost.operations += 11
-        cost.kv_read += 2 * (gathered + 2 * repeated)
+        cost.kv_read += 2 * (gathered + seq_len * kv_row + repeated)
         cost.kv_written += 2 * (gathered + repeated)
     return cost
 
@@ -247,11 +256,19 @@ class LaunchCost:
 
     programs: int  # grid points
     busy_programs: int  # programs that read any K/V
-    kv_elements: int  # K and V elements read, all programs together
+    kv_elements: int  # K and V elements read, all programs together, reloads included
     longest_walk: int  # keys the busiest program reads: the launch's critical path
+    kv_distinct: int = (
+        0  # distinct K and V elements read: each once, the caches serving reloads
+    )
 
     def kv_bytes(self, bytes_per_number: int = 2) -> int:
+        """Bytes of K/V the loads ask for, reloads included."""
         return self.kv_elements * bytes_per_number
+
+    def distinct_bytes(self, bytes_per_number: int = 2) -> int:
+        """Bytes of distinct K/V read: the launch's floor if the caches serve every reload."""
+        return self.kv_distinct * bytes_per_number
 
     def waves(self, sms: int = H100_SMS) -> int:
         """Rounds of busy programs over `sms` multiprocessors, one program each at a time."""
@@ -269,7 +286,10 @@ def varlen_traffic(seq_lens, query_lens, num_heads, num_kv_heads, head_dim, bloc
             busy += num_heads
             elements += num_heads * 2 * kv_end * head_dim  # each query head reloads its K/V
             longest = max(longest, kv_end)
-    return LaunchCost(len(seq_lens) * tiles * num_heads, busy, elements, longest)
+    # the last tile of each request reads its whole context: every key, once per KV head
+    distinct = sum(seq_lens) * num_kv_heads * 2 * head_dim
+    grid = len(seq_lens) * tiles * num_heads
+    return LaunchCost(grid, busy, elements, longest, distinct)
 
 
 def split_decode_traffic(seq_lens, num_heads, num_kv_heads, head_dim, segment=256):
@@ -280,4 +300,5 @@ def split_decode_traffic(seq_lens, num_heads, num_kv_heads, head_dim, segment=25
     busy = sum(segments) * num_kv_heads
     elements = sum(seq_lens) * num_kv_heads * 2 * head_dim
     longest = min(segment, max(seq_lens))
-    return LaunchCost(len(seq_lens) * num_kv_heads * max(segments), busy, elements, longest)
+    grid = len(seq_lens) * num_kv_heads * max(segments)
+    return LaunchCost(grid, busy, elements, longest, elements)  # nothing read twice
