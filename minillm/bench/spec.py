@@ -79,6 +79,23 @@ def speculative_config(method: str, k: int, draft_layers: int) -> dict:
     }
 
 
+def spec_engine(
+    model, prompts, max_tokens: int, concurrency: int, spec: dict | None
+) -> LLMEngine:
+    """A fresh engine sized for these prompts, as every speculative benchmark pass builds it:
+    room for each request's whole context, no end-of-sequence stop."""
+    max_len = max(len(p) for p in prompts) + max_tokens + 8
+    return LLMEngine(
+        model,
+        block_size=BLOCK_SIZE,
+        max_num_seqs=concurrency,
+        max_model_len=max_len,
+        num_blocks=concurrency * num_blocks_for(max_len, BLOCK_SIZE) + 1,
+        eos_token_id=[],
+        speculative_config=spec,
+    )
+
+
 def run(
     model,
     prompts,
@@ -94,16 +111,7 @@ def run(
     wrap_proposer, a function of the built one, returns its replacement (chapter 9's timed
     oracle draft wraps the draft's); split clocks every target forward's projections and
     attention (forward_split.py)."""
-    max_len = max(len(p) for p in prompts) + max_tokens + 8
-    engine = LLMEngine(
-        model,
-        block_size=BLOCK_SIZE,
-        max_num_seqs=concurrency,
-        max_model_len=max_len,
-        num_blocks=concurrency * num_blocks_for(max_len, BLOCK_SIZE) + 1,
-        eos_token_id=[],
-        speculative_config=spec,
-    )
+    engine = spec_engine(model, prompts, max_tokens, concurrency, spec)
     if proposer is not None:
         engine.spec.proposer = proposer
     if wrap_proposer is not None:

@@ -20,9 +20,7 @@ import time
 
 import torch
 
-from minillm.bench.common import BLOCK_SIZE
-from minillm.engine import LLMEngine
-from minillm.paged import num_blocks_for
+from minillm.bench.spec import spec_engine
 from minillm.runner import BatchInput
 from minillm.sampling import SamplingParams
 
@@ -96,16 +94,7 @@ def timed_parts(forward, log: dict):
 
 def one_run(model, prompts, max_tokens: int, concurrency: int, spec: dict | None):
     """A fresh engine as `minillm bench --speculative` builds it; returns (log, tokens)."""
-    max_len = max(len(p) for p in prompts) + max_tokens + 8
-    engine = LLMEngine(
-        model,
-        block_size=BLOCK_SIZE,
-        max_num_seqs=concurrency,
-        max_model_len=max_len,
-        num_blocks=concurrency * num_blocks_for(max_len, BLOCK_SIZE) + 1,
-        eos_token_id=[],
-        speculative_config=spec,
-    )
+    engine = spec_engine(model, prompts, max_tokens, concurrency, spec)
     log: dict[str, list] = {}
     engine.runner.forward = timed_parts(engine.runner.forward, log)
     outs = engine.generate(
