@@ -70,8 +70,8 @@ def fp64_parity_bound(path, token_ids: list[int]) -> float:
 
 def fp32_parity_bound(path, token_ids: list[int]) -> float:
     """`rounding_bound` for these tokens: compare minillm's float32 logits with transformers'
-    float32 ones (`hf_logits(path, token_ids)`). 1e-4 on the tiny model; a deep model's float32
-    rounding raises it (chapter 1, section 9)."""
+    float32 ones (`hf_logits(path, token_ids)`). Never below 1e-4; transformers' own float32
+    rounding raises it on the tiny model and more on a deep one (chapter 1 prints both)."""
     return rounding_bound(hf_rounding_error(path, token_ids))
 
 
